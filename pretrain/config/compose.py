@@ -1,19 +1,25 @@
 """Where the config tree lives, and composing it outside the Hydra CLI (tests, tools)."""
 from pathlib import Path
-from typing import List, Optional
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 from omegaconf import DictConfig
 
 
-def config_dir() -> str:
-    """The repo's conf/ beside the package when it exists (editable install, checkout),
-    else the copy shipped inside the wheel. Absolute, because a relative config_path breaks
-    from a non-editable install."""
+def _root() -> Path:
+    """The repo checkout (editable install) when conf/ sits beside the package, else the
+    installed package, into which the wheel copies conf/ and sweeps/."""
     pkg = Path(__file__).resolve().parent.parent
-    repo_conf = pkg.parent / "conf"
-    if (repo_conf / "config.yaml").is_file():
-        return str(repo_conf)
-    return str(pkg / "conf")
+    return pkg.parent if (pkg.parent / "conf" / "config.yaml").is_file() else pkg
+
+
+def config_dir() -> str:
+    """Absolute, because a relative config_path breaks from a non-editable install."""
+    return str(_root() / "conf")
+
+
+def sweeps_dir() -> str:
+    return str(_root() / "sweeps")
 
 
 def setup() -> None:
@@ -22,9 +28,17 @@ def setup() -> None:
     schema.register()
 
 
-def compose(overrides: Optional[List[str]] = None, config_name: str = "config") -> DictConfig:
-    """Compose like `python -m pretrain` would, without running the app (≈0.1 s)."""
+@contextmanager
+def composer() -> Iterator[Callable[..., DictConfig]]:
+    """Hydra initialised once; the yielded function composes many configs cheaply."""
     from hydra import compose as hydra_compose, initialize_config_dir
     setup()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=list(overrides or []))
+        yield lambda overrides=(), config_name="config": hydra_compose(
+            config_name=config_name, overrides=list(overrides))
+
+
+def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
+    """Compose like `python -m pretrain` would, without running the app (≈0.1 s)."""
+    with composer() as run:
+        return run(overrides, config_name)

@@ -10,9 +10,10 @@ def _mul(*xs):
 
 
 def _div(a, b):
-    # Integer division when exact; the validator reports a non-divisible pair with its factors.
+    # Floor division for integers so the config always resolves; the validator reports a
+    # pair that does not divide, with its factors (e.g. global batch vs micro-batch x dp).
     if isinstance(a, int) and isinstance(b, int):
-        return a // b if b and a % b == 0 else (a / b if b else 0)
+        return a // b if b else 0
     return a / b
 
 

@@ -185,4 +185,4 @@ def register() -> None:
     cs.store(name="pretrain_schema", node=PretrainConfig)
     for group, node in [("model", ModelConfig), ("parallel", ParallelConfig), ("phase", PhaseConfig),
                         ("hardware", HardwareConfig), ("data", DataConfig)]:
-        cs.store(group=group, name=f"base_{group}", node=node)
+        cs.store(group="schema", name=group, node=node)

@@ -1,0 +1,29 @@
+"""`python -m pretrain [group=option ...] [key=value ...]`: compose -> check -> plan -> freeze -> launch.
+
+Hydra composes here, in the launching process only; ranks read the frozen run_dir/config.yaml.
+"""
+import hydra
+from omegaconf import DictConfig
+
+from pretrain.config import cli_errors
+from pretrain.config.compose import config_dir, setup
+
+setup()
+_started = False
+cli_errors.install(lambda: _started)
+
+
+@hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")
+def _app(cfg: DictConfig) -> None:
+    global _started
+    _started = True
+    from pretrain.app import run_job
+    run_job(cfg)
+
+
+def main() -> None:
+    _app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Sweep summary: every job of a multirun is one row, valid or not.
+
+Each job writes <job dir>/row.json (pretrain.app); after the sweep, Hydra calls
+SweepSummary.on_multirun_end, which writes summary.csv, summary.md and summary.png
+(memory per device by part and estimated throughput per layout) into the sweep dir.
+"""
+import csv
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from pretrain.io import write_atomic
+
+COLUMNS = ["job", "label", "status", "peak_gb", "capacity_gb", "weights_gb", "grads_gb",
+           "optimizer_gb", "activations_gb", "bubble", "step_s", "tokens_per_s", "mfu",
+           "total_days", "measured_tokens_per_s", "reason", "overrides"]
+STATUS_ORDER = {"ok": 0, "does not fit": 1, "invalid": 2}
+
+
+def plan_row(plan: Any) -> Dict[str, Any]:
+    """The columns a sweep compares, from a planner Plan."""
+    peak = plan.peak
+    return {"peak_gb": peak.total_gb, "capacity_gb": plan.capacity_gb, "weights_gb": peak.weights_gb,
+            "grads_gb": peak.grads_gb, "optimizer_gb": peak.optimizer_gb,
+            "activations_gb": peak.activations_gb + peak.logits_gb, "bubble": plan.bubble,
+            "step_s": plan.step_s, "tokens_per_s": plan.tokens_per_s, "mfu": plan.mfu,
+            "total_days": plan.total_days}
+
+
+def write_row(job_dir: Path, row: Dict[str, Any]) -> None:
+    job_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(job_dir / "row.json", json.dumps(row, default=str))
+
+
+def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
+    """Rows by job number, each labelled by the overrides that vary across the sweep."""
+    rows = sorted((json.loads(p.read_text()) for p in sweep_dir.glob("*/row.json")), key=lambda r: int(r["job"]))
+    common = set.intersection(*(set(r["overrides"].split()) for r in rows)) if len(rows) > 1 else set()
+    for r in rows:
+        r["label"] = " ".join(o for o in r["overrides"].split() if o not in common) or str(r["job"])
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return "" if value is None else str(value)
+
+
+def write_summary(sweep_dir: Path) -> List[Dict[str, Any]]:
+    rows = read_rows(sweep_dir)
+    with open(sweep_dir / "summary.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    ranked = sorted(rows, key=lambda r: (STATUS_ORDER.get(r["status"], 3), -(r.get("tokens_per_s") or 0)))
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(r.get(c)).replace("|", "/") for c in COLUMNS) + " |" for r in ranked]
+    (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
+    _chart(rows, sweep_dir / "summary.png")
+    return rows
+
+
+def _chart(rows: List[Dict[str, Any]], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r["label"].replace("parallel.", "").replace("parallel=", "") for r in rows]
+    fig, (mem, speed) = plt.subplots(2, 1, figsize=(max(8, 0.6 * len(rows) + 3), 8), sharex=True)
+    bottom = [0.0] * len(rows)
+    for part, color in [("weights_gb", "#4c72b0"), ("grads_gb", "#55a868"), ("optimizer_gb", "#c44e52"),
+                        ("activations_gb", "#8172b2")]:
+        values = [r.get(part) or 0.0 for r in rows]
+        mem.bar(range(len(rows)), values, bottom=bottom, color=color, label=part.replace("_gb", ""))
+        bottom = [b + v for b, v in zip(bottom, values)]
+    capacity = next((r["capacity_gb"] for r in rows if r.get("capacity_gb")), None)
+    if capacity:
+        mem.axhline(capacity, color="black", linestyle="--", label=f"device memory {capacity:g} GB")
+    for i, r in enumerate(rows):
+        if r["status"] == "invalid":
+            mem.text(i, 0, "invalid", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
+    mem.set_ylabel("GB per device (peak stage)")
+    mem.legend(fontsize=8, loc="upper right")
+    colors = ["#55a868" if r["status"] == "ok" else "#c44e52" for r in rows]
+    speed.bar(range(len(rows)), [r.get("tokens_per_s") or 0.0 for r in rows], color=colors)
+    measured = [(i, r["measured_tokens_per_s"]) for i, r in enumerate(rows) if r.get("measured_tokens_per_s")]
+    if measured:
+        speed.plot(*zip(*measured), "k*", markersize=10, label="measured")
+        speed.legend(fontsize=8)
+    speed.set_ylabel("estimated tokens/s (all devices)")
+    speed.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+class SweepSummary(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = write_summary(sweep_dir)
+        valid = sum(r["status"] != "invalid" for r in rows)
+        print(f"sweep: {len(rows)} jobs ({valid} valid, {len(rows) - valid} invalid); "
+              f"summary in {sweep_dir}/summary.md, .csv, .png")

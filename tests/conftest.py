@@ -1,0 +1,37 @@
+"""Shared fixtures: composed configs (cheap, no mindspore) and a CLI runner in tmp_path."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pretrain.config.compose import composer
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+
+
+def options(group: str):
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.fixture(scope="session")
+def compose_many():
+    """A composer initialised once for the whole session."""
+    with composer() as run:
+        yield run
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Run `python -m pretrain ARGS` in tmp_path; returns the CompletedProcess."""
+    def run(*args, env=None, timeout=600, check=False):
+        full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+        full_env.update(PRETRAIN_CACHE=str(tmp_path / "cache"), **(env or {}))
+        proc = subprocess.run([sys.executable, "-m", "pretrain", *args], cwd=tmp_path, env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return proc
+    return run

@@ -1,0 +1,122 @@
+"""`python -m pretrain` as a user runs it: subprocesses in tmp_path."""
+import csv
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import REPO
+
+BIG = ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"]
+
+BAD_CONFIGS = [
+    # (overrides, text the one-line error must contain)
+    (["model.hiden_size=3"], "Key 'hiden_size' not in 'ModelConfig'"),
+    (["model=llama4"], "Could not find 'model/llama4' (available: llama3_70b"),
+    (["model.hidden_size=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+    (["parallel.dp=4"], "dp(4) * tp(1) * pp(1) * cp(1) = 4 != devices(1) of hardware=cpu"),
+    ([*BIG[:2], "hardware=ascend910b_4x8"], "= 64 != devices(32) of hardware=ascend910b_4x8"),
+    ([*BIG, "parallel.tp=16", "parallel.dp=2"], "model.num_kv_heads(8) % parallel.tp(16)"),
+    ([*BIG, "parallel.pp=3"], "model.num_layers(80) % (pp(3) * vpp(1) = 3)"),
+    ([*BIG, "model.vocab_size=128257"], "model.vocab_size(128257) % parallel.tp(4)"),
+    (["model=qwen3_30b_a3b", "parallel=dp8ep8", "hardware=ascend910b_1x8", "model.num_experts=100"],
+     "model.num_experts(100) % parallel.ep(8)"),
+    ([*BIG, "train.global_batch_size=1001"], "train.global_batch_size(1001) % (parallel.micro_batch_size(1) * dp(8) = 8)"),
+    (["model.seq_length=512"], "model.seq_length(512) > model.max_position_embeddings(256)"),
+    (["phase.general.token_fraction=0.9"], "phase.*.token_fraction sums to 1.2 > 1"),
+    (["phase=reasoning", "phase.lr.peak=1e-4", "phase.lr.end=1e-3"], "phase.lr.end=0.001 must be in [0, lr.peak(0.0001)]"),
+    (["phase=general", "phase.lr.schedule=step"], "phase.lr.schedule='step' must be one of cosine"),
+    (["+phase.anneal.mix.web=1.0"], "phase.anneal.mix.web: no such source in data=sample"),
+    (["data.tokenizer.path=/nope/tok.model"], "data.tokenizer.path: no such file '/nope/tok.model'"),
+    (["data.sources.general.builtin=null", "data.sources.general.paths=[/nope/corpus]"],
+     "data.sources.general.paths: no such file or directory '/nope/corpus'"),
+    (["parallel.dp=1", "parallel.tp=2", "hardware=cpu_2proc", "parallel.micro_batch_size=8", "model.num_kv_heads=4"],
+     "cannot run on hardware.device=cpu"),
+    (["model=tiny", "parallel=dp8ep8", "hardware=ascend910b_1x8", "dry_run=true"], "parallel.ep=8 but model=tiny is dense"),
+    (["train.keep_checkpoint_max=0"], "train.keep_checkpoint_max=0 must be >= 1"),
+    (["+foo"], "Error parsing override '+foo'"),
+    (["launcher=slurmz"], "launcher='slurmz' must be one of"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", BAD_CONFIGS, ids=[" ".join(o)[:60] for o, _ in BAD_CONFIGS])
+def test_bad_config_is_one_line_and_exit_2(cli, overrides, expected):
+    proc = cli(*overrides)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert all(line.startswith("error: ") for line in proc.stderr.strip().splitlines()), proc.stderr
+
+
+def test_full_error_env_shows_the_traceback(cli):
+    proc = cli("parallel.dp=4", env={"HYDRA_FULL_ERROR": "1"})
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "PretrainConfigError" in proc.stderr
+
+
+def test_dry_run_plans_without_importing_mindspore(tmp_path):
+    code = textwrap.dedent("""
+        import sys, time
+        t = time.time()
+        sys.argv = ["pretrain", "model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8", "dry_run=true"]
+        from pretrain.__main__ import main
+        main()
+        print("SECONDS", time.time() - t)
+        print("MINDSPORE_IMPORTED", "mindspore" in sys.modules or "mindformers" in sys.modules)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "MINDSPORE_IMPORTED False" in proc.stdout
+    assert "70.55B params" in proc.stdout and "DOES NOT FIT" in proc.stdout or "FITS" in proc.stdout
+    run_dir = tmp_path / "runs" / "llama3_70b-dp8tp4pp2-ascend910b_8x8"
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["params_total"] == 70_553_706_496
+    frozen = (run_dir / "config.yaml").read_text()
+    assert "${" not in frozen and "grad_accum: 128" in frozen   # resolved: ranks never run Hydra
+    print(proc.stdout.split("SECONDS")[1].split()[0], "s for compose + check + plan + freeze")
+
+
+def test_hydra_conventions_keep_working(cli, tmp_path):
+    helped = cli("--help", check=True).stdout
+    for group in ("model:", "parallel:", "phase:", "hardware:", "data:", "llama3_70b", "dp8tp4pp2"):
+        assert group in helped
+    job = cli("--cfg", "job", "model=qwen3_8b", "+train.note=hello", check=True).stdout
+    assert "name: qwen3_8b" in job and "note: hello" in job
+    assert "Defaults List" in cli("--info", "defaults", check=True).stdout
+
+
+def test_user_config_dir_adds_options_without_touching_the_package(cli, tmp_path):
+    mine = tmp_path / "myconf" / "model"
+    mine.mkdir(parents=True)
+    (mine / "llama3_70b_deep.yaml").write_text("defaults:\n  - llama3_70b\n  - _self_\nname: llama3_70b_deep\nnum_layers: 96\n")
+    proc = cli("--config-dir", str(tmp_path / "myconf"), "model=llama3_70b_deep", "parallel=dp8tp4pp2",
+               "hardware=ascend910b_8x8", "dry_run=true", check=True)
+    assert "llama3_70b_deep" in proc.stdout and "dp8tp4pp2" in proc.stdout
+
+
+def test_layout_sweep_writes_every_row_and_exits_0(cli, tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = cli("-m", "model=llama3_70b", "hardware=ascend910b_8x8", "dry_run=true", "parallel=glob(*)",
+               f"hydra.sweep.dir={sweep}", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(sweep / "summary.csv")))
+    layouts = sorted(p.stem for p in (REPO / "conf" / "parallel").glob("*.yaml"))
+    assert len(rows) == len(layouts) >= 12
+    by_layout = {r["label"].split("=")[1]: r for r in rows}
+    assert by_layout["dp8tp4pp2"]["status"] in ("ok", "does not fit")
+    assert by_layout["single"]["status"] == "invalid" and "!= devices(64)" in by_layout["single"]["reason"]
+    assert by_layout["dp8ep8"]["status"] == "invalid" and "dense" in by_layout["dp8ep8"]["reason"]
+    assert float(by_layout["dp4tp8pp2"]["tokens_per_s"]) > 0
+    assert (sweep / "summary.md").read_text().count("\n") == len(rows) + 2
+    assert (sweep / "summary.png").stat().st_size > 10_000
+
+
+def test_sweep_definition_from_sweeps_dir(cli, tmp_path):
+    sweep = tmp_path / "pangu"
+    proc = cli("--config-name", "pangu_ultra_135b_1024", f"hydra.sweep.dir={sweep}", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(sweep / "summary.csv")))
+    assert len(rows) == 24
+    assert {r["status"] for r in rows if "vpp=2" in r["label"]} == {"invalid"}
+    assert any(r["status"] == "ok" for r in rows), [(r["overrides"], r["status"], r["peak_gb"]) for r in rows]

@@ -1,0 +1,94 @@
+"""Composition and cross-field validation, in-process (no mindspore import)."""
+import itertools
+
+import pytest
+from omegaconf import OmegaConf
+
+from pretrain.config import validate
+from pretrain.config.errors import PretrainConfigError
+from tests.conftest import options
+
+GROUPS = ["model", "parallel", "phase", "hardware", "data"]
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_option_composes_with_the_defaults(compose_many, group, option):
+    cfg = compose_many([f"{group}={option}", "dry_run=true"])
+    assert OmegaConf.missing_keys(cfg) == set()
+    resolved = OmegaConf.to_container(cfg, resolve=True)   # every interpolation resolves
+    if group == "phase":
+        assert [p.name for p in validate.phases(cfg)] == ([option] if option != "all" else
+                                                          ["general", "reasoning", "anneal"])
+    else:
+        assert resolved[group]["name"] == option
+    for line in validate.problems(cfg):
+        assert "\n" not in line and len(line) < 400
+
+
+def test_every_model_parallel_hardware_combination_validates_or_explains(compose_many):
+    """546 combinations: each is valid and plannable, or every problem is one clear line."""
+    from pretrain.plan.planner import plan
+
+    base = compose_many(["dry_run=true"])
+    nodes = {g: {o: compose_many([f"{g}={o}"])[g] for o in options(g)} for g in ("model", "parallel", "hardware")}
+    valid = 0
+    for m, p, h in itertools.product(nodes["model"], nodes["parallel"], nodes["hardware"]):
+        cfg = base.copy()
+        cfg.model, cfg.parallel, cfg.hardware = nodes["model"][m], nodes["parallel"][p], nodes["hardware"][h]
+        found = validate.problems(cfg)
+        for line in found:
+            assert "\n" not in line, line
+            assert any(k in line for k in ("model.", "parallel", "train.", "hardware", "phase", "data.")), line
+        if not found:
+            valid += 1
+            assert plan(cfg).params_total > 0
+    assert valid >= 30   # the layouts in conf/ are meant to be usable, not just rejected
+
+
+def test_layout_message_names_every_factor(compose_many):
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_4x8", "dry_run=true"])
+    (line,) = [p for p in validate.problems(cfg) if p.startswith("parallel:")]
+    assert "dp(8) * tp(4) * pp(2) * cp(1) = 64 != devices(32)" in line
+    assert "hardware=ascend910b_4x8" in line
+
+
+def test_derived_values_come_from_resolvers(compose_many):
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"])
+    assert cfg.train.global_batch_size == 1024
+    assert cfg.train.grad_accum == 1024 // (1 * 8)
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "parallel.micro_batch_size=2"])
+    assert cfg.train.grad_accum == 64
+
+
+def test_phase_lr_from_the_cli(compose_many):
+    cfg = compose_many(["phase=reasoning", "phase.lr.peak=3e-5"])
+    (only,) = validate.phases(cfg)
+    assert only.name == "reasoning" and only.lr.peak == 3e-5
+    cfg = compose_many(["phase.anneal.lr.end=2e-6"])
+    assert [p.name for p in validate.phases(cfg)] == ["general", "reasoning", "anneal"]
+    assert validate.phases(cfg)[2].lr.end == 2e-6
+
+
+def test_uneven_pipeline_split_is_accepted_when_explicit(compose_many):
+    args = ["model=pangu_ultra_135b", "parallel=dp8tp8pp16", "hardware=ascend910b_128x8", "parallel.vpp=1"]
+    assert any("num_layers(94)" in p for p in validate.problems(compose_many(args)))
+    split = "[5," + "6," * 14 + "5]"
+    assert validate.problems(compose_many(args + [f"parallel.pipeline_layers={split}"])) == []
+    bad = compose_many(args + ["parallel.pipeline_layers=[6,6]"])
+    assert any("parallel.pipeline_layers=[6, 6]" in p for p in validate.problems(bad))
+
+
+def test_check_raises_typed_error_with_all_problems(compose_many):
+    cfg = compose_many(["parallel.dp=3", "parallel.tp=0"])
+    with pytest.raises(PretrainConfigError) as err:
+        validate.check(cfg)
+    assert "parallel.tp=0 must be >= 1" in str(err.value)
+
+
+def test_moe_rules(compose_many):
+    ok = compose_many(["model=qwen3_30b_a3b", "parallel=dp8ep8", "hardware=ascend910b_1x8"])
+    assert validate.problems(ok) == []
+    bad = compose_many(["model=qwen3_30b_a3b", "parallel=dp8ep8", "hardware=ascend910b_1x8", "parallel.ep=3"])
+    found = validate.problems(bad)
+    assert any("model.num_experts(128) % parallel.ep(3)" in p for p in found)
+    assert any("parallel.ep(3) must divide dp(8)" in p for p in found)
