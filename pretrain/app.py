@@ -52,11 +52,10 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     run_dir = freeze(cfg, plan.to_dict())
     from pretrain.sweep.summary import plan_row
     row = {"status": "ok" if plan.fits else "does not fit", "reason": "", **plan_row(plan)}
+    from pretrain.launch import launch
+    row.update(launch(cfg, run_dir, dry=cfg.dry_run) or {})
     if cfg.dry_run:
         print(f"dry run: resolved config and plan written to {run_dir}")
-        return row
-    from pretrain.launch import launch
-    row.update(launch(cfg, run_dir))
     return row
 
 

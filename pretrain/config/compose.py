@@ -22,6 +22,10 @@ def sweeps_dir() -> str:
     return str(_root() / "sweeps")
 
 
+def launchers_dir() -> str:
+    return str(_root() / "launchers")
+
+
 def setup() -> None:
     from pretrain.config import resolvers, schema
     resolvers.register()

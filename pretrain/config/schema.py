@@ -108,7 +108,8 @@ class TokenizerConfig:
     train: bool = False
     vocab_size: int = MISSING
     model_type: str = "bpe"
-    train_sentences: int = 200000
+    train_sentences: int = 200000             # sampled line groups (~2000 chars each) to train on
+    byte_fallback: bool = True                # unknown characters as byte pieces (needs vocab > 260)
 
 
 @dataclass

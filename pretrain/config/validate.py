@@ -202,3 +202,6 @@ def _exists(path: str) -> bool:
 def _run(cfg) -> Iterator[str]:
     if cfg.launcher not in LAUNCHERS:
         yield f"launcher={cfg.launcher!r} must be one of {', '.join(LAUNCHERS)}"
+    elif cfg.launcher == "local" and num_devices(cfg.hardware) > 1:
+        yield (f"launcher=local trains in this one process, but hardware={cfg.hardware.name} has "
+               f"{num_devices(cfg.hardware)} devices; use launcher=auto (msrun)")

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One node of a run: msrun starts LOCAL_WORKER_NUM ranks of `python -m pretrain.worker RUN_DIR`,
+# each reading the frozen RUN_DIR/config.yaml (ranks never run Hydra).
+# By hand:  WORKER_NUM=64 LOCAL_WORKER_NUM=8 NODE_RANK=0 MASTER_ADDR=10.0.0.1 launchers/msrun_node.sh runs/x
+# `python -m pretrain hardware=<multi-node>` writes one ready-made copy per node into RUN_DIR/launch/.
+set -euo pipefail
+RUN_DIR=${1:?usage: msrun_node.sh RUN_DIR}
+: "${WORKER_NUM:?total ranks of the job}" "${LOCAL_WORKER_NUM:?ranks on this node}" "${NODE_RANK:?this node's rank}"
+exec msrun --worker_num="$WORKER_NUM" --local_worker_num="$LOCAL_WORKER_NUM" \
+  --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${MASTER_PORT:-8118}" \
+  --node_rank="$NODE_RANK" --log_dir="$RUN_DIR/logs" --join=True \
+  --cluster_time_out="${CLUSTER_TIME_OUT:-600}" \
+  python -m pretrain.worker "$RUN_DIR"
