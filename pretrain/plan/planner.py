@@ -153,7 +153,7 @@ def _layout(cfg: Any) -> Layout:
     size = {k: max(int(_get(par, k, 1)), 1) for k in ("dp", "tp", "pp", "cp", "ep", "vpp")}
     return Layout(**size, devices=size["dp"] * size["tp"] * size["pp"] * size["cp"],
                   micro_batch=max(int(_get(par, "micro_batch_size", 1)), 1),
-                  micro_batches=_micro_batches(cfg, size["dp"]),
+                  micro_batches=_micro_batches(cfg),
                   zero_stage=int(_get(par, "zero_stage", 0)),
                   recompute=str(_get(par, "recompute", "none")),
                   sequence_parallel=bool(_get(par, "sequence_parallel", False)),
@@ -163,14 +163,10 @@ def _layout(cfg: Any) -> Layout:
                   flash_attention=str(_get(hw, "device")) != "cpu")
 
 
-def _micro_batches(cfg: Any, dp: int) -> float:
-    """m = train.grad_accum. Its resolver yields a fraction when the batch does not divide, which
-    the Integer field refuses on access; validate.py reports that, the plan uses the fraction."""
-    try:
-        m = float(_get(cfg.train, "grad_accum", 1))
-    except ValueError:
-        m = _div(float(cfg.train.global_batch_size), int(_get(cfg.parallel, "micro_batch_size", 1)) * dp)
-    return max(m, 1.0)
+def _micro_batches(cfg: Any) -> float:
+    """m = train.grad_accum (floored by its resolver when the batch does not divide, which
+    validate.py reports)."""
+    return max(float(_get(cfg.train, "grad_accum", 1)), 1.0)
 
 
 def _layers_on_rank(layers: int, lay: Layout, explicit: Optional[List[int]], rank: int) -> int:
