@@ -93,6 +93,8 @@ def test_user_config_dir_adds_options_without_touching_the_package(cli, tmp_path
     proc = cli("--config-dir", str(tmp_path / "myconf"), "model=llama3_70b_deep", "parallel=dp8tp4pp2",
                "hardware=ascend910b_8x8", "dry_run=true", check=True)
     assert "llama3_70b_deep" in proc.stdout and "dp8tp4pp2" in proc.stdout
+    searched = cli(f"hydra.searchpath=[file://{tmp_path / 'myconf'}]", "model=llama3_70b_deep", "--cfg", "job", check=True)
+    assert "num_layers: 96" in searched.stdout
 
 
 def test_layout_sweep_writes_every_row_and_exits_0(cli, tmp_path):
