@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from pretrain.resilience.config import ResilienceConfig
+
 
 @dataclass
 class ModelConfig:
@@ -175,6 +177,7 @@ class PretrainConfig:
     hardware: HardwareConfig = MISSING
     data: DataConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
+    resilience: ResilienceConfig = field(default_factory=ResilienceConfig)
     run_name: str = MISSING
     run_dir: str = MISSING
     dry_run: bool = False

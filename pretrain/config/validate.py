@@ -200,6 +200,8 @@ def _exists(path: str) -> bool:
 
 
 def _run(cfg) -> Iterator[str]:
+    from pretrain.resilience.config import problems as resilience_problems
+    yield from resilience_problems(cfg.resilience)
     if cfg.launcher not in LAUNCHERS:
         yield f"launcher={cfg.launcher!r} must be one of {', '.join(LAUNCHERS)}"
     elif cfg.launcher == "local" and num_devices(cfg.hardware) > 1:
