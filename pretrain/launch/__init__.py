@@ -39,8 +39,9 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
         raise PretrainRunError(
             f"hardware={hw.name} needs Ascend devices and this host has none (no npu-smi); "
             f"plan it here with dry_run=true and launch on the cluster")
+    from pretrain.data.manifest import summary_table
     from pretrain.data.prepare import prepare
-    prepare(cfg.data)   # once, before any rank starts: ranks then only read the cache
+    print(summary_table(prepare(cfg.data)), flush=True)   # once, before any rank starts: ranks only read the cache
     if in_process:
         from pretrain.train.runner import run
         return run(cfg)

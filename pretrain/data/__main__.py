@@ -1,0 +1,44 @@
+"""`python -m pretrain.data [group=option ...] [data.key=value ...]`: prepare the data only.
+
+Composes the same conf/ as `python -m pretrain` (so `data=sample model=tiny` and
+`data.tokenizer.path=...` mean the same), builds or reuses every source of cfg.data, and
+prints a summary table. Bad input is one `error: ...` line on stderr and exit code 2.
+"""
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from pretrain.config import cli_errors
+from pretrain.config.compose import config_dir, setup
+
+# Preparing data writes only into data.cache_dir: no Hydra run directory, .hydra/ or job log.
+_HYDRA_QUIET = ["hydra.output_subdir=null", "hydra.run.dir=.", "hydra/job_logging=none",
+                "hydra/hydra_logging=none"]
+_started = False
+
+
+@hydra.main(config_path=config_dir(), config_name="config", version_base="1.3")
+def _app(cfg: DictConfig) -> None:
+    global _started
+    _started = True
+    from pretrain.config.errors import PretrainConfigError, PretrainDataError
+    from pretrain.data.manifest import summary_table
+    from pretrain.data.prepare import prepare
+    try:
+        prepared = prepare(cfg.data)
+    except (PretrainDataError, PretrainConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(summary_table(prepared))
+
+
+def main() -> None:
+    setup()
+    cli_errors.install(lambda: _started)
+    sys.argv[1:1] = _HYDRA_QUIET     # first, so a user's own hydra.* overrides still win
+    _app()
+
+
+if __name__ == "__main__":
+    main()

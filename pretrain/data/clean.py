@@ -1,0 +1,59 @@
+"""Clean stage: normalise a document, then keep it or name the filter that drops it."""
+import re
+import unicodedata
+from typing import Optional, Tuple
+
+from pretrain.config.errors import PretrainDataError
+
+FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")
+# C0/C1 control characters except tab and newline, plus the byte-order mark and the
+# replacement character (what a lossy decoder left behind).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff\ufffd]")
+_TRAILING_SPACE = re.compile(r"[ \t]+\n")
+_BLANK_RUNS = re.compile(r"\n{3,}")
+_SYMBOL = re.compile(r"[^\w\s]")
+_SPACE = re.compile(r"\s")
+
+
+class Cleaner:
+    def __init__(self, cfg) -> None:
+        if cfg.normalize not in FORMS:
+            raise PretrainDataError(f"data.clean.normalize: unknown form {cfg.normalize!r} "
+                                    f"(one of {', '.join(FORMS)})")
+        self.form = None if cfg.normalize == "none" else cfg.normalize
+        self.min_chars = cfg.min_chars
+        self.max_symbol_ratio = cfg.max_symbol_ratio
+        self.max_repeated = cfg.max_repeated_line_fraction
+
+    def normalise(self, text: str) -> str:
+        if self.form:
+            text = unicodedata.normalize(self.form, text)
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = _CONTROL.sub("", text)
+        text = _TRAILING_SPACE.sub("\n", text)
+        return _BLANK_RUNS.sub("\n\n", text).strip()
+
+    def __call__(self, text: str) -> Tuple[str, Optional[str]]:
+        """(cleaned text, None) to keep it, or (text, reason) to drop it."""
+        text = self.normalise(text)
+        if len(text) < self.min_chars:
+            return text, "too_short"
+        if symbol_ratio(text) > self.max_symbol_ratio:
+            return text, "symbol_ratio"
+        if repeated_line_fraction(text) > self.max_repeated:
+            return text, "repeated_lines"
+        return text, None
+
+
+def symbol_ratio(text: str) -> float:
+    """Share of non-space characters that are neither letters, digits nor '_' (markup debris,
+    tables of punctuation, encoded blobs score high; prose and code score low)."""
+    visible = len(text) - len(_SPACE.findall(text))
+    return len(_SYMBOL.findall(text)) / visible if visible else 1.0
+
+
+def repeated_line_fraction(text: str) -> float:
+    """Share of non-blank lines that repeat an earlier line of the same document (Gopher's
+    duplicate-line filter: boilerplate, scraped menus, generated junk)."""
+    lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+    return (len(lines) - len(set(lines))) / len(lines) if lines else 0.0

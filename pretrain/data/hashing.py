@@ -1,0 +1,55 @@
+"""Stable hashes: cache keys, file checksums, document identity and the held-out split.
+
+Python's hash() is salted per process, so everything here goes through hashlib.
+"""
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+_WORDS = re.compile(r"\w+")
+
+
+def digest(obj: Any) -> str:
+    """sha256 of a JSON-serialisable value, independent of dict order."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def file_sha256(path: Path, block: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dedup_words(text: str) -> list:
+    """Lower-cased words: the view of a document that exact and near dedup compare."""
+    return _WORDS.findall(text.lower())
+
+
+def words_digest(words: list) -> bytes:
+    """Identity of a document up to case, punctuation and whitespace (from its dedup_words)."""
+    return hashlib.blake2b(" ".join(words).encode(), digest_size=16).digest()
+
+
+def piece_key(text: str) -> bytes:
+    """The held-out split key shared by all pieces of a document split for length."""
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+def stable_int(key: Any, bits: int = 32) -> int:
+    """A small non-negative integer from any string/bytes (seeds, tags)."""
+    data = key if isinstance(key, bytes) else str(key).encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> (64 - bits)
+
+
+def is_validation(key: bytes, fraction: float) -> bool:
+    """Held-out membership from the document's identity alone, so it never changes between runs
+    and a document (or its exact duplicate) can never be in both splits."""
+    if fraction <= 0.0:
+        return False
+    u = int.from_bytes(hashlib.blake2b(b"val:" + key, digest_size=8).digest(), "little") / 2.0 ** 64
+    return u < fraction

@@ -1,0 +1,182 @@
+"""BatchLoader: deterministic, mixture-weighted batches of packed rows for one dp rank.
+
+batch(step) depends only on (seed, step, dp_rank, dp_size, the prepared data and the weights):
+no iterator state, so a resumed run asks for batch(k) and gets what the uninterrupted run got.
+
+Who reads what: a rank reads shards r, r + dp_size, ... of each dataset; with fewer shards than
+ranks, it reads the rows i with i % dp_size == r of all shards, so ranks never overlap. Within a
+dataset, sample number c of this rank is row perm_e[c mod R] of epoch e = c div R, perm_e a
+permutation keyed by (seed, rank, split, dataset, epoch). mixture.py decides which dataset each
+sample slot draws from.
+
+Layout of a batch (rows of seq_length + 1 tokens, see pack.py):
+  input_ids = row[:-1], labels = row[1:]            int32 [B, S]
+  segment_ids: 1, 2, ... per document piece, 0 on padding                  int32 [B, S]
+  position_ids: restart at 0 at each document piece                         int32 [B, S]
+  loss_mask: 1 where the label is the next token of the same document       float32 [B, S]
+Labels stay valid token ids everywhere (padding -> pad_id); loss_mask is what excludes padding
+and the step across a document boundary (EOD -> next document's first token), so a loss of
+sum(ce(logits, labels) * loss_mask) / sum(loss_mask) is correct as is.
+
+MindRecord shards are read once through MindDataset and kept as .npy files beside them
+(named by the shard's checksum), then memory-mapped.
+"""
+from pathlib import Path
+from typing import Dict, Iterable, List, Tuple, Union
+
+import numpy as np
+
+from pretrain.config.errors import PretrainDataError
+from pretrain.data.fsutil import save_npy_atomic
+from pretrain.data.hashing import stable_int
+from pretrain.data.mixture import MixtureSchedule
+from pretrain.data.prepare import Prepared
+
+SPLITS = ("train", "val")
+
+
+class ShardRows:
+    """One shard's rows: ids [N, capacity], segment lengths, tokens per row (memory-mapped)."""
+
+    def __init__(self, path: Path, sha256: str, rows: int, capacity: int) -> None:
+        if rows == 0:
+            self.ids = np.zeros((0, capacity), np.int32)
+            self.seg_lens, self.seg_off = np.zeros(0, np.int32), np.zeros(1, np.int64)
+        else:
+            self.ids, self.seg_lens, self.seg_off = _cached_read(path, sha256)
+        if self.ids.shape != (rows, capacity):
+            raise PretrainDataError(f"{path}: holds {self.ids.shape} rows x tokens, its manifest says "
+                                    f"({rows}, {capacity}); delete the dataset directory to rebuild it")
+        cum = np.concatenate([[0], np.cumsum(self.seg_lens, dtype=np.int64)])
+        self.row_tokens = cum[self.seg_off[1:]] - cum[self.seg_off[:-1]]
+
+    def row(self, i: int) -> Tuple[np.ndarray, np.ndarray]:
+        return self.ids[i], self.seg_lens[self.seg_off[i]:self.seg_off[i + 1]]
+
+
+def _cached_read(path: Path, sha256: str):
+    from pretrain.data.shards import read_shard
+    stem = path.with_name(f"{path.name}.{sha256[:16]}")
+    files = [Path(f"{stem}.{part}.npy") for part in ("ids", "seg_lens", "seg_off")]
+    if not all(f.is_file() for f in files):
+        for f, array in zip(files, read_shard(path)):
+            save_npy_atomic(f, array)
+    return tuple(np.load(f, mmap_mode="r") for f in files)
+
+
+class _RankView:
+    """The rows of one dataset and split that one dp rank reads."""
+
+    def __init__(self, prepared: Prepared, split: str, dp_rank: int, dp_size: int) -> None:
+        info = prepared.manifest[split]["shards"]
+        capacity = prepared.seq_length + 1
+        paths = prepared.train_shards if split == "train" else prepared.val_shards
+        if len(info) >= dp_size:
+            mine = list(range(dp_rank, len(info), dp_size))
+        else:
+            mine = list(range(len(info)))
+        self.shards = [ShardRows(paths[s], info[s]["sha256"], info[s]["rows"], capacity) for s in mine]
+        shard_of = np.concatenate([np.full(len(sh.ids), k, np.int64) for k, sh in enumerate(self.shards)])
+        row_of = np.concatenate([np.arange(len(sh.ids), dtype=np.int64) for sh in self.shards])
+        if len(info) < dp_size:     # rows split by index across ranks
+            shard_of, row_of = shard_of[dp_rank::dp_size], row_of[dp_rank::dp_size]
+        self.shard_of, self.row_of = shard_of, row_of
+        self.tokens = np.concatenate([sh.row_tokens for sh in self.shards])[self._flat_index()]
+
+    def _flat_index(self) -> np.ndarray:
+        starts = np.concatenate([[0], np.cumsum([len(sh.ids) for sh in self.shards])[:-1]])
+        return starts[self.shard_of] + self.row_of
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def row(self, i: int) -> Tuple[np.ndarray, np.ndarray]:
+        return self.shards[self.shard_of[i]].row(int(self.row_of[i]))
+
+
+class BatchLoader:
+    def __init__(self, prepared: Dict[str, Prepared], weights: Dict[str, float], *, batch_size: int,
+                 seq_length: int, seed: int, dp_rank: int = 0, dp_size: int = 1,
+                 split: str = "train") -> None:
+        if split not in SPLITS:
+            raise PretrainDataError(f"split {split!r}: one of {', '.join(SPLITS)}")
+        if not 0 <= dp_rank < dp_size or batch_size < 1:
+            raise PretrainDataError(f"dp_rank={dp_rank}, dp_size={dp_size}, batch_size={batch_size}: need "
+                                    f"0 <= dp_rank < dp_size and batch_size >= 1")
+        unknown = sorted(set(weights) - set(prepared))
+        if unknown:
+            raise PretrainDataError(f"mix names {unknown} that are not prepared data sources "
+                                    f"(data.sources has {sorted(prepared)})")
+        if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+            raise PretrainDataError(f"mix weights {dict(weights)}: need >= 0 with a positive sum")
+        self.names = sorted(n for n, w in weights.items() if w > 0)   # dict order must not matter
+        self.batch_size, self.seq_length, self.seed, self.split = batch_size, seq_length, seed, split
+        for n in self.names:
+            if prepared[n].seq_length != seq_length:
+                raise PretrainDataError(f"dataset {n!r} was packed for seq_length {prepared[n].seq_length}, "
+                                        f"the model uses {seq_length} (prepare it with "
+                                        f"data.seq_length={seq_length})")
+        self.views = [_RankView(prepared[n], split, dp_rank, dp_size) for n in self.names]
+        for n, v in zip(self.names, self.views):
+            if not len(v):
+                hint = " or data.val_fraction too small" if split == "val" else ""
+                raise PretrainDataError(f"dataset {n!r} has no {split} rows for dp rank {dp_rank} of "
+                                        f"{dp_size} (too little data{hint})")
+        split_tag = SPLITS.index(split)
+        self.schedule = MixtureSchedule([weights[n] for n in self.names], seed, [dp_rank, split_tag])
+        self._perm_key = [int(seed) % (1 << 63), dp_rank, split_tag]
+        self._perms: Dict[Tuple[int, int], np.ndarray] = {}
+
+    def _rows(self, d: int, samples: np.ndarray) -> np.ndarray:
+        """Row indices (into the rank's view of dataset d) of dataset-local sample numbers."""
+        n = len(self.views[d])
+        epochs, pos = np.divmod(samples, n)
+        out = np.empty(samples.shape, np.int64)
+        for e in np.unique(epochs).tolist():
+            sel = epochs == e
+            out[sel] = self._perm(d, e)[pos[sel]]
+        return out
+
+    def _perm(self, d: int, epoch: int) -> np.ndarray:
+        if (d, epoch) not in self._perms:
+            if len(self._perms) >= 4 * len(self.views):
+                self._perms.pop(next(iter(self._perms)))
+            rng = np.random.default_rng([*self._perm_key, stable_int(self.names[d]), epoch])
+            self._perms[(d, epoch)] = rng.permutation(len(self.views[d]))
+        return self._perms[(d, epoch)]
+
+    def _draw(self, slots: np.ndarray) -> List[Tuple[int, np.ndarray, np.ndarray]]:
+        dataset, sample = self.schedule.draw(slots)
+        return [(d, np.flatnonzero(dataset == d), self._rows(d, sample[dataset == d]))
+                for d in np.unique(dataset).tolist()]
+
+    def batch(self, step: int) -> Dict[str, np.ndarray]:
+        if step < 0:
+            raise PretrainDataError(f"step {step}: must be >= 0")
+        B, cap = self.batch_size, self.seq_length + 1
+        ids = np.empty((B, cap), np.int32)
+        seg = np.zeros((B, cap), np.int32)
+        pos = np.zeros((B, cap), np.int32)
+        for d, where, rows in self._draw(step * B + np.arange(B)):
+            for b, r in zip(where.tolist(), rows.tolist()):
+                row_ids, lens = self.views[d].row(r)
+                ids[b] = row_ids
+                n = int(lens.sum())
+                seg[b, :n] = np.repeat(np.arange(1, len(lens) + 1, dtype=np.int32), lens)
+                pos[b, :n] = np.arange(n) - np.repeat(np.cumsum(lens) - lens, lens)
+        same_doc = (seg[:, :-1] != 0) & (seg[:, 1:] == seg[:, :-1])
+        return {"input_ids": ids[:, :-1].copy(), "labels": ids[:, 1:].copy(),
+                "loss_mask": same_doc.astype(np.float32), "position_ids": pos[:, :-1].copy(),
+                "segment_ids": seg[:, :-1].copy()}
+
+    def realised_shares(self, steps: Union[int, Iterable[int]]) -> Dict[str, float]:
+        """Share of real (non-padding) tokens each dataset contributed to this rank's batches
+        over `steps` (an int n means steps 0..n-1)."""
+        steps = np.arange(steps) if isinstance(steps, (int, np.integer)) else np.fromiter(steps, np.int64)
+        tokens = np.zeros(len(self.names), np.float64)
+        for lo in range(0, len(steps), 1 << 16):
+            slots = (steps[lo:lo + (1 << 16), None] * self.batch_size + np.arange(self.batch_size)).ravel()
+            for d, _, rows in self._draw(slots):
+                tokens[d] += self.views[d].tokens[rows].sum()
+        total = tokens.sum()
+        return {n: float(t / total) if total else 0.0 for n, t in zip(self.names, tokens)}

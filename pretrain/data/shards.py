@@ -1,0 +1,133 @@
+"""Shard stage: packed rows -> MindRecord files that mindspore.dataset.MindDataset reads.
+
+One file per data-parallel reader (`<split>-00000-of-00002.mindrecord` + its `.db` index);
+rows go round-robin, so shards differ by at most one row. Each row has two int32 columns:
+`input_ids` (seq_length + 1 tokens) and `seg_lens` (its document pieces' lengths, see pack.py).
+Files are written inside the dataset's temp directory, which is renamed into place only when
+every shard is committed and the manifest written (pretrain.data.fsutil.publish_dir).
+
+mindspore is imported lazily: planning and config paths never pay for it.
+"""
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from pretrain.data.hashing import file_sha256
+from pretrain.data.pack import Rows
+
+SCHEMA = {"input_ids": {"type": "int32", "shape": [-1]}, "seg_lens": {"type": "int32", "shape": [-1]}}
+COLUMNS = list(SCHEMA)
+_BUFFER_BYTES = 64 << 20     # rows buffered across all shards before writing: bounded whatever num_shards
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.mindrecord"
+
+
+def _page_size(expected_bytes: int) -> int:
+    """MindRecord pre-sizes pages (default 32 MB, sparse on disk, but checksummed in full): size
+    them to the expected shard, 1 to 16 MB, keeping the page count (and so the header) small."""
+    size = 1 << 20
+    while size < expected_bytes // 128 and size < 1 << 24:
+        size <<= 1
+    return size
+
+
+def _blob_writer(file_writer) -> Optional[Callable[[List[Tuple[np.ndarray, np.ndarray]]], None]]:
+    """The C++ writer beneath a FileWriter, fed pre-merged rows; None if this mindspore differs.
+
+    FileWriter.write_raw_data spends ~40 us of Python per row re-reading the schema from C++
+    (five get_schema_content calls) to validate and merge it: at seq_length 256 that is as
+    much CPU as tokenizing the row. Our rows are valid by construction (int32 arrays of the
+    schema's two fields), so after FileWriter has opened the file and validated the first
+    batch, later batches go straight to the same C++ call with the blobs merged as FileWriter
+    merges them ([8-byte big-endian length][bytes] per blob field, in schema order). The files
+    are byte-identical to FileWriter's own (tests/test_data_pipeline.py checks it); checked
+    against mindspore 2.9.0, and any other layout falls back to the public call."""
+    import mindspore._c_mindrecord as c_mindrecord
+    shard = getattr(file_writer, "_writer", None)
+    core, header = getattr(shard, "_writer", None), getattr(shard, "_header", None)
+    if not (hasattr(core, "write_raw_data") and header is not None and list(header.blob_fields) == COLUMNS):
+        return None
+
+    def write(rows: List[Tuple[np.ndarray, np.ndarray]]) -> None:
+        blobs = [b"".join(len(b).to_bytes(8, "big") + b for b in (ids.tobytes(), segs.tobytes()))
+                 for ids, segs in rows]
+        if core.write_raw_data({}, blobs, False, False) != c_mindrecord.MSRStatus.SUCCESS:
+            raise RuntimeError(f"MindRecord write failed for {file_writer._paths}")
+    return write
+
+
+class ShardWriter:
+    fast = True      # use _blob_writer when this mindspore allows it (tests turn it off to compare)
+
+    def __init__(self, directory: Path, split: str, num_shards: int, capacity: int,
+                 expected_bytes: int = 0) -> None:
+        from mindspore.mindrecord import FileWriter
+        self.paths = [Path(directory) / shard_name(split, i, num_shards) for i in range(num_shards)]
+        self._writers = []
+        for p in self.paths:
+            w = FileWriter(str(p), shard_num=1, overwrite=True)
+            w.set_header_size(1 << 20)
+            w.set_page_size(_page_size(expected_bytes // num_shards))
+            w.add_schema(SCHEMA, "packed token rows: input_ids[seq_length+1], seg_lens[documents in row]")
+            self._writers.append(w)
+        self._direct: List[Optional[Callable]] = [None] * num_shards
+        self._batch_rows = max(1, min(1024, _BUFFER_BYTES // (num_shards * capacity * 4)))
+        self._buffers: List[list] = [[] for _ in self.paths]
+        self.rows = [0] * num_shards
+        self.tokens = [0] * num_shards
+        self._next = 0
+
+    def write(self, rows: Rows) -> None:
+        n = len(self.paths)
+        ends = np.cumsum(rows.seg_counts)
+        starts = ends - rows.seg_counts
+        shard_of = (self._next + np.arange(len(rows))) % n
+        self._next += len(rows)
+        row_tokens = np.add.reduceat(rows.seg_lens, starts) if len(rows) else np.zeros(0, np.int64)
+        for s in range(n):
+            self.rows[s] += int(np.count_nonzero(shard_of == s))
+            self.tokens[s] += int(row_tokens[shard_of == s].sum())
+        for i, (s, a, b) in enumerate(zip(shard_of.tolist(), starts.tolist(), ends.tolist())):
+            self._buffers[s].append((rows.ids[i], rows.seg_lens[a:b]))
+            if len(self._buffers[s]) >= self._batch_rows:
+                self._flush(s)
+
+    def _flush(self, s: int) -> None:
+        rows, self._buffers[s] = self._buffers[s], []
+        if self._direct[s] is None:
+            # The public call for the first batch: it opens the file and validates our rows.
+            self._writers[s].write_raw_data([dict(zip(COLUMNS, r)) for r in rows[:1]])
+            self._direct[s] = (_blob_writer(self._writers[s]) if self.fast else None) or \
+                (lambda rs, w=self._writers[s]: w.write_raw_data([dict(zip(COLUMNS, r)) for r in rs]))
+            rows = rows[1:]
+        if rows:
+            self._direct[s](rows)
+
+    def close(self) -> List[Dict]:
+        """Commit every shard; their manifest entries (name, rows, tokens, checksums)."""
+        out = []
+        for s, (w, p) in enumerate(zip(self._writers, self.paths)):
+            if self._buffers[s]:
+                self._flush(s)
+            w.commit()
+            out.append({"file": p.name, "rows": self.rows[s], "tokens": self.tokens[s],
+                        "sha256": file_sha256(p), "index_sha256": file_sha256(Path(f"{p}.db"))})
+        return out
+
+
+def read_shard(path: Path) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All rows of one shard through MindDataset, in file order: ids [N, capacity],
+    seg_lens (flat) and seg_offsets [N + 1] into it."""
+    import mindspore.dataset as ds
+    data = ds.MindDataset(str(path), columns_list=COLUMNS, shuffle=False, num_parallel_workers=1)
+    ids, segs = [], []
+    for row_ids, row_segs in data.create_tuple_iterator(output_numpy=True, num_epochs=1):
+        ids.append(row_ids)
+        segs.append(row_segs)
+    if not ids:
+        return np.zeros((0, 0), np.int32), np.zeros(0, np.int32), np.zeros(1, np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in segs])]).astype(np.int64)
+    return np.stack(ids).astype(np.int32), np.concatenate(segs).astype(np.int32), offsets

@@ -1,0 +1,246 @@
+"""Read stage: find a source's files and stream its documents, one at a time.
+
+Formats: .txt (one document per file), .jsonl (one per line, text under a configurable field),
+.parquet (one per row); each optionally .gz or .zst. Nothing is held beyond one document (a
+.txt file of any size is decoded block by block and cut into pieces of clean.max_chars).
+
+Bad input never stops the run: each bad file, line or row is yielded as a `Drop` with its reason,
+so the manifest can account for every document (in = kept + dropped).
+"""
+import codecs
+import glob
+import gzip
+import io
+import json
+import os
+import shutil
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+import zstandard
+
+from pretrain.config.errors import PretrainDataError
+from pretrain.data.hashing import piece_key
+
+FORMATS = (".txt", ".jsonl", ".parquet")
+COMPRESSIONS = ("", ".gz", ".zst")
+_SNIFF = 1 << 16          # bytes looked at for NUL bytes (binary files)
+_BLOCK = 1 << 20          # read size for streamed .txt files
+# What a broken, truncated or vanished file raises while being read.
+_READ_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
+
+
+@dataclass
+class Doc:
+    text: str
+    key: Optional[bytes] = None   # what decides the held-out split; None: the text itself
+    part: int = 0                 # > 0 for the 2nd, 3rd, ... piece of a document split for length
+
+
+@dataclass
+class Drop:
+    reason: str
+    count: int = 1
+
+
+Item = Union[Doc, Drop]
+
+
+def file_kind(path: Path) -> Optional[Tuple[str, str]]:
+    """(format, compression) from the name, e.g. ('.jsonl', '.zst'); None if not a corpus file."""
+    name = path.name.lower()
+    for comp in COMPRESSIONS:
+        for fmt in FORMATS:
+            if name.endswith(fmt + comp):
+                return fmt, comp
+    return None
+
+
+def _has_glob(p: str) -> bool:
+    return any(c in p for c in "*?[")
+
+
+def resolve_files(source: str, paths: Sequence[str]) -> List[Path]:
+    """Every corpus file named by a source's paths (files, directories, globs), sorted so the
+    document order (and so the prepared data) does not depend on the file system."""
+    key = f"data.sources.{source}.paths"
+    hint = "give files, directories or globs of .txt/.jsonl/.parquet, optionally .gz/.zst"
+    found: List[Path] = []
+    for raw in paths:
+        p = os.path.expanduser(str(raw))
+        if _has_glob(p):
+            matches = [Path(m) for m in glob.glob(p, recursive=True)]
+        elif os.path.lexists(p):
+            matches = [Path(p)]
+        else:
+            matches = []
+        if not matches:
+            raise PretrainDataError(f"{key}: no such file {raw!r} (cwd {os.getcwd()}; {hint})")
+        files: List[Path] = []
+        for m in matches:
+            if m.is_dir():
+                for root, dirs, names in os.walk(m):
+                    dirs.sort()
+                    files += [Path(root) / n for n in sorted(names) if file_kind(Path(n))]
+            elif file_kind(m):
+                files.append(m)
+            elif not _has_glob(p):
+                raise PretrainDataError(f"{key}: unsupported file type {raw!r} ({hint})")
+        if not files:
+            raise PretrainDataError(f"{key}: no corpus files under {raw!r} ({hint})")
+        found += files
+    return sorted(set(found))
+
+
+def fingerprint(files: Sequence[Path]) -> list:
+    """Cheap identity of the inputs for the cache key: path, size, modification time."""
+    out = []
+    for f in files:
+        try:
+            st = os.stat(f)
+            out.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([str(f), -1, -1])       # unreadable now; it will be counted as such
+    return out
+
+
+def read_documents(files: Sequence[Path], text_field: str, max_chars: int) -> Iterator[Item]:
+    for path in files:
+        fmt, comp = file_kind(path)
+        reader = {".txt": _read_txt, ".jsonl": _read_jsonl, ".parquet": _read_parquet}[fmt]
+        produced = False
+        try:
+            for item in reader(path, comp, text_field, max_chars):
+                produced = True
+                yield item
+        except _READ_ERRORS:
+            produced = True
+            yield Drop("unreadable")
+        if not produced:
+            yield Drop("empty_file")
+
+
+def _open(path: Path, comp: str) -> io.BufferedIOBase:
+    if comp == ".gz":
+        return gzip.open(path, "rb")
+    if comp == ".zst":
+        raw = open(path, "rb")
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+    return open(path, "rb")
+
+
+def split_text(text: str, max_chars: int) -> List[str]:
+    """Cut an over-long document into pieces of at most max_chars, at a line break or space in
+    the second half of each window when there is one, so pieces stay readable."""
+    pieces, start = [], 0
+    while len(text) - start > max_chars:
+        lo, hi = start + max_chars // 2, start + max_chars
+        cut = max(text.rfind("\n", lo, hi), text.rfind(" ", lo, hi))
+        cut = cut + 1 if cut >= lo else hi
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
+def _pieces(text: str, max_chars: int) -> Iterator[Doc]:
+    parts = split_text(text, max_chars)
+    key = piece_key(parts[0]) if len(parts) > 1 else None   # all pieces go to the same split
+    for i, part in enumerate(parts):
+        yield Doc(part, key=key, part=i)
+
+
+def _read_txt(path: Path, comp: str, text_field: str, max_chars: int) -> Iterator[Item]:
+    with _open(path, comp) as f:
+        first = f.read(_SNIFF)
+        if not first:
+            return
+        if b"\0" in first:
+            yield Drop("binary")
+            return
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        buf, part, key = "", 0, None
+        block = first
+        while True:
+            try:
+                buf += decoder.decode(block, final=not block)
+            except UnicodeDecodeError:
+                yield Drop("invalid_utf8")       # the rest of this file; pieces already read stay
+                return
+            # Emit full pieces as they fill up; keep the tail (it may continue in the next block).
+            while len(buf) > max_chars:
+                head, buf = _cut(buf, max_chars)
+                key = key or piece_key(head)
+                yield Doc(head, key=key, part=part)
+                part += 1
+            if not block:
+                break
+            block = f.read(_BLOCK)
+        if buf or part == 0:
+            yield Doc(buf, key=key, part=part)
+
+
+def _cut(text: str, max_chars: int) -> Tuple[str, str]:
+    pieces = split_text(text[: max_chars + 1], max_chars)
+    head = pieces[0]
+    return head, text[len(head):]
+
+
+def _read_jsonl(path: Path, comp: str, text_field: str, max_chars: int) -> Iterator[Item]:
+    with _open(path, comp) as f:
+        first = f.peek(_SNIFF)[:_SNIFF] if hasattr(f, "peek") else b""
+        if b"\0" in first:
+            yield Drop("binary")
+            return
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line.decode("utf-8"))
+            except UnicodeDecodeError:
+                yield Drop("invalid_utf8")
+                continue
+            except ValueError:
+                yield Drop("malformed_json")
+                continue
+            text = obj.get(text_field) if isinstance(obj, dict) else None
+            if not isinstance(text, str):
+                yield Drop("missing_field")
+                continue
+            yield from _pieces(text, max_chars)
+
+
+def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int) -> Iterator[Item]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    tmp = None
+    try:
+        if comp:   # parquet needs random access: decompress to a temp file first (streamed)
+            fd, tmp = tempfile.mkstemp(suffix=".parquet")
+            with os.fdopen(fd, "wb") as out, _open(path, comp) as src:
+                shutil.copyfileobj(src, out, _BLOCK)
+            path = Path(tmp)
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowException, ValueError):
+            yield Drop("unreadable")
+            return
+        if text_field not in pf.schema_arrow.names:
+            if pf.metadata.num_rows:
+                yield Drop("missing_field", pf.metadata.num_rows)
+            return
+        try:
+            for batch in pf.iter_batches(columns=[text_field], batch_size=1024):
+                for text in batch.column(0).to_pylist():
+                    if isinstance(text, str):
+                        yield from _pieces(text, max_chars)
+                    else:
+                        yield Drop("missing_field")
+        except (pa.ArrowException, ValueError):
+            yield Drop("unreadable")
+    finally:
+        if tmp:
+            os.unlink(tmp)

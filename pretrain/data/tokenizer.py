@@ -1,0 +1,90 @@
+"""Tokenizer: a given sentencepiece model, or one trained on the corpus and cached.
+
+Trained models reserve pad=0, eos=1 (the end-of-document token, EOD), bos=2, unk=3. They keep
+text exactly: no NFKC, no whitespace collapsing (code indentation matters), a "\\n" piece, digits
+split one per token (arithmetic), byte fallback for characters outside the vocabulary.
+"""
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from pretrain.config.errors import PretrainDataError
+from pretrain.data.hashing import file_sha256
+
+SPECIAL_IDS = {"pad_id": 0, "eos_id": 1, "bos_id": 2, "unk_id": 3}
+_SENTENCE_CHARS = 2000     # lines are grouped into training "sentences" of about this size
+
+
+def check_given(path: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise PretrainDataError(f"data.tokenizer.path: no such file {path!r} (give a sentencepiece .model "
+                                f"file, or set data.tokenizer.path=null data.tokenizer.train=true)")
+    return p
+
+
+def load(path: Path):
+    import sentencepiece as spm
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as exc:
+        raise PretrainDataError(f"data.tokenizer.path: {str(path)!r} is not a sentencepiece model "
+                                f"({exc})") from None
+
+
+def info(path: Path) -> dict:
+    """What the manifest records and the model/loader need: ids, vocabulary, checksum."""
+    sp = load(path)
+    if sp.eos_id() < 0:
+        raise PretrainDataError(f"data.tokenizer.path: {str(path)!r} has no eos id, which is needed as "
+                                f"the end-of-document token (train it with eos_id set)")
+    return {"path": str(Path(path).resolve()), "sha256": file_sha256(path), "vocab_size": sp.get_piece_size(),
+            "eod_id": sp.eos_id(), "pad_id": sp.pad_id() if sp.pad_id() >= 0 else sp.eos_id(),
+            "bos_id": sp.bos_id(), "unk_id": sp.unk_id()}
+
+
+def tokenizer_vocab_size(path) -> int:
+    return load(Path(path)).get_piece_size()
+
+
+def keep_every(docs: int, chars: int, wanted: int) -> int:
+    """Decimation so the trainer sees about twice the sentences it samples, whatever the corpus."""
+    estimate = docs + chars // _SENTENCE_CHARS
+    return max(1, estimate // max(1, 2 * wanted))
+
+
+def training_sentences(texts: Iterable[str], keep_every: int) -> Iterator[str]:
+    """Every keep_every-th group of consecutive lines (newlines kept) of about 2000 chars: a
+    deterministic, memory-bounded sample of the corpus. Over-long lines are cut at spaces first
+    (the trainer silently skips sentences longer than its maximum)."""
+    from pretrain.data.sources import split_text
+    n = 0
+    for text in texts:
+        group: list = []
+        size = 0
+        for line in text.split("\n"):
+            for piece in split_text(line, _SENTENCE_CHARS) if len(line) > _SENTENCE_CHARS else (line,):
+                group.append(piece)
+                size += len(piece) + 1
+                if size >= _SENTENCE_CHARS:
+                    if n % keep_every == 0:
+                        yield "\n".join(group)
+                    n += 1
+                    group, size = [], 0
+        if group:
+            if n % keep_every == 0:
+                yield "\n".join(group)
+            n += 1
+
+
+def train(sentences: Iterator[str], out_dir: Path, cfg, threads: int) -> Path:
+    import sentencepiece as spm
+    prefix = out_dir / "tokenizer"
+    spm.set_random_generator_seed(0)   # the sentence sample, hence the model, is reproducible
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=sentences, model_prefix=str(prefix), vocab_size=cfg.vocab_size,
+        model_type=cfg.model_type, **SPECIAL_IDS, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, user_defined_symbols=["\n"], allow_whitespace_only_pieces=True,
+        split_digits=True, byte_fallback=cfg.byte_fallback, hard_vocab_limit=False,
+        max_sentence_length=8 * _SENTENCE_CHARS, num_threads=max(1, threads),
+        input_sentence_size=cfg.train_sentences, shuffle_input_sentence=True, minloglevel=2)
+    return prefix.with_suffix(".model")
