@@ -1,0 +1,172 @@
+"""Our training step vs a bare MindSpore step, on the same MindFormers model and batch.
+
+    python -m pretrain.bench.train [rounds=20] [steps=1] [hydra overrides ...]
+
+bare_jit  : ms.value_and_grad + nn.AdamWeightDecay inside one @ms.jit function (one batch, Tensors).
+bare_cell : the same two calls inside an nn.Cell's construct: the compile path TrainStep uses, which
+            on MindSpore 2.9 CPU gives a faster graph than an @ms.jit function (see the figures).
+step      : pretrain.train.step.TrainStep on that batch: LR fed as an input, global-norm clipping,
+            the non-finite skip, AdamW with decay on matrices only.
+loop      : Trainer.train_step with metrics on: the real BatchLoader batch of every step, TrainStep,
+            then JSONL + TensorBoard + progress bar, as `python -m pretrain` runs it.
+All variants train the same model instance (each with its own optimizer state), so they touch the
+same parameter memory. They alternate, `steps` at a time and in a rotating order, for `rounds`
+rounds after a warm-up round (compiles), so background load hits all of them alike; the medians of
+the per-step times are compared. The goal: loop <= 5 % over the
+faster bare variant.
+"""
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main(argv) -> None:
+    opts = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("rounds", "steps"))
+    overrides = [a for a in argv if a.split("=", 1)[0] not in ("rounds", "steps")]
+    rounds, steps = int(opts.get("rounds", 20)), int(opts.get("steps", 1))
+
+    from pretrain.config.compose import compose
+    from pretrain.config.validate import phases
+    from pretrain.model import builder
+
+    cfg = compose(overrides)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-train-"))
+    builder.prepare_environment(str(scratch))
+
+    import mindspore as ms
+    from mindspore import Tensor, nn
+
+    from pretrain.data.prepare import prepare
+    from pretrain.plan.planner import flops_per_token, model_shape
+    from pretrain.train.metrics import MetricsWriter
+    from pretrain.train.runner import architecture, make_loader
+    from pretrain.train.schedule import phase_lr
+    from pretrain.train.step import TrainStep
+    from pretrain.train.trainer import PhasePlan, Throughput, Trainer, split_micro
+
+    t = cfg.train
+    phase = phases(cfg)[0]
+    loader = make_loader(cfg, prepare(cfg.data, progress=False), phase, "train", 0, 1)
+    batch = loader.batch(0)
+    fixed = (Tensor(batch["input_ids"]), Tensor(batch["labels"]), Tensor(batch["loss_mask"]))
+    tokens = int(t.global_batch_size) * int(cfg.model.seq_length)
+
+    ms.set_seed(int(t.seed))
+    net = builder.build_model(cfg)
+
+    def adamw(net):
+        return nn.AdamWeightDecay(
+            net.trainable_params(),
+            learning_rate=1e-3,
+            beta1=t.adam_beta1,
+            beta2=t.adam_beta2,
+            eps=t.adam_eps,
+            weight_decay=t.weight_decay,
+        )
+
+    # bare_jit: what a MindSpore user writes first
+    jit_opt = adamw(net)
+
+    def forward(x, y, mask):
+        return net(input_ids=x, labels=y, loss_mask=mask)[0]
+
+    grad_fn = ms.value_and_grad(forward, None, jit_opt.parameters)
+
+    @ms.jit
+    def bare_jit(x, y, mask):
+        loss, grads = grad_fn(x, y, mask)
+        jit_opt(grads)
+        return loss
+
+    # bare_cell: the same, compiled through nn.Cell
+    class BareCell(nn.Cell):
+        def __init__(self, net):
+            super().__init__(auto_prefix=False)
+            self.net, self.optimizer = net, adamw(net)
+            self.grad_fn = ms.value_and_grad(self.forward, None, self.optimizer.parameters)
+
+        def forward(self, x, y, mask):
+            return self.net(input_ids=x, labels=y, loss_mask=mask)[0]
+
+        def construct(self, x, y, mask):
+            loss, grads = self.grad_fn(x, y, mask)
+            self.optimizer(grads)
+            return loss
+
+    bare_cell = BareCell(net)
+
+    # step and loop: ours
+    kwargs = dict(
+        lr=1e-3,
+        weight_decay=t.weight_decay,
+        betas=(t.adam_beta1, t.adam_beta2),
+        eps=t.adam_eps,
+        grad_accum=int(t.grad_accum),
+        grad_clip=t.grad_clip,
+        loss_scaling=cfg.hardware.device != "cpu",
+        z_loss=t.z_loss,
+    )
+    ours = TrainStep(net, **kwargs)
+    micro = split_micro(batch, int(t.grad_accum))
+    metrics = MetricsWriter(scratch)
+    seq = int(cfg.model.seq_length)
+    trainer = Trainer(
+        TrainStep(net, **kwargs),
+        metrics=metrics,
+        grad_accum=int(t.grad_accum),
+        arch=architecture(cfg),
+        throughput=Throughput(
+            tokens, 1, flops_per_token(model_shape(cfg.model), seq), float(cfg.hardware.peak_tflops) * 1e12
+        ),
+    )
+    total = (rounds + 1) * steps
+    plan = PhasePlan(str(phase.name), phase_lr(str(phase.name), total, phase.lr, 0.0), loader, None)
+    trainer.state.phase = plan.name
+    metrics.start_phase(plan.name, total)
+
+    def loop():
+        record = trainer.train_step(plan)
+        metrics.progress(record)
+        metrics.log(record)
+
+    variants = {
+        "bare_jit": lambda: bare_jit(*fixed).asnumpy(),
+        "bare_cell": lambda: bare_cell(*fixed).asnumpy(),
+        "step": lambda: ours.step(micro, 1e-3),
+        "loop": loop,
+    }
+    times = {k: [] for k in variants}
+    order = list(variants)
+    for rnd in range(rounds + 1):  # round 0 compiles and warms up
+        first_kind = rnd % len(order)  # rotated, so no variant always runs first
+        for kind in order[first_kind:] + order[:first_kind]:
+            for _ in range(steps):
+                started = time.perf_counter()
+                variants[kind]()
+                if rnd:
+                    times[kind].append(time.perf_counter() - started)
+    metrics.close()
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = min(med["bare_jit"], med["bare_cell"])
+    params = sum(int(p.size) for p in net.trainable_params())
+    print(
+        f"\nmodel={cfg.model.name} ({params:,} params), {int(t.global_batch_size)} x {seq} = {tokens} "
+        f"tokens/step, {os.cpu_count()} cores, {rounds} rounds x {steps} steps (medians)"
+    )
+    print(f"{'':10}{'s/step':>9}{'tokens/s':>10}{'vs faster bare':>16}")
+    for kind in variants:
+        print(f"{kind:10}{med[kind]:>9.3f}{tokens / med[kind]:>10.0f}{(med[kind] / base - 1) * 100:>+15.1f}%")
+    overhead = (med["loop"] / base - 1) * 100
+    print(
+        f"our loop costs {overhead:+.1f}% over the faster bare step (goal <= +5%): "
+        f"{'met' if overhead <= 5 else 'NOT met'}"
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

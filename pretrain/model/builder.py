@@ -1,0 +1,109 @@
+"""Build the MindFormers Mcore training model for a composed config.
+
+The model is whatever MindFormers' own `build_network` makes of the `model.model_config` block in
+mindformers_config.py, the same block run_dir/mindformers.yaml carries. On CPU the replacements
+in cpu_compat.py go in first; on Ascend nothing is replaced.
+"""
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from omegaconf import DictConfig
+
+from pretrain.config.errors import PretrainConfigError
+from pretrain.model import mindformers_config
+
+
+def prepare_environment(run_dir: Optional[str] = None) -> None:
+    """Before mindformers is imported: its log directory goes under the run dir instead of ./output,
+    and MindSpore's C++ logging keeps to errors unless the user chose a level."""
+    os.environ.setdefault("GLOG_v", "3")
+    if run_dir is not None:
+        os.environ.setdefault("LOCAL_DEFAULT_PATH", str(Path(run_dir).resolve() / "mindformers_output"))
+
+
+def quiet_mindformers_stdout() -> None:
+    # Building one model makes MindFormers log every converted config field (INFO) and tables of the
+    # Hugging Face keys its own model classes ignore (WARNING) on stdout; on the console only errors
+    # stay, the full log is in run_dir/mindformers_output/log/.
+    from mindformers.tools.logger import get_logger
+
+    for handler in get_logger().handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(logging.ERROR)
+
+
+def init_runtime(cfg: DictConfig) -> None:
+    """MindFormers' context for this process (device, GRAPH mode, the Mcore code paths of
+    use_legacy=False) and, on CPU, the replacements. Data parallel contexts are msrun's (issue #6)."""
+    from mindformers.core.context.build_context import build_context
+
+    build_context(
+        {
+            "use_legacy": False,
+            "use_parallel": False,
+            "context": mindformers_config.context_block(cfg),
+            "parallel": {},
+            "parallel_config": {},
+        }
+    )
+    quiet_mindformers_stdout()
+    if cfg.hardware.device == "cpu":
+        from pretrain.model import cpu_compat
+
+        cpu_compat.apply()
+
+
+def check_trainable(cfg: DictConfig) -> None:
+    """Refuse, before anything slow runs, what the installed MindFormers training graph cannot
+    train or would silently build differently."""
+    mindformers_config.model_class(cfg.model)
+    if cfg.model.sandwich_norm:
+        raise PretrainConfigError(
+            "model.sandwich_norm=true: the mindformers 1.9.0 training graph (parallel_core.training_graph "
+            "TransformerLayer) has no post-attention/post-MLP norm, so it would train without DSSN; the "
+            "switch is exported to mindformers.yaml only; set model.sandwich_norm=false to train here"
+        )
+    moe = int(cfg.model.num_experts or 0) > 0
+    if moe and cfg.hardware.device == "cpu":
+        raise PretrainConfigError(
+            f"model.num_experts={cfg.model.num_experts} on hardware.device=cpu: MindFormers' MoE layers use "
+            "Ascend kernels (TopkExt, grouped matmul) with no CPU kernel; train MoE models on an ascend "
+            "hardware option (mindformers.yaml export and planning work anywhere)"
+        )
+    if moe and float(cfg.train.z_loss) > 0:
+        raise PretrainConfigError(
+            f"train.z_loss={cfg.train.z_loss} with model.num_experts={cfg.model.num_experts}: z-loss is "
+            "computed from the model's logits, a path without MindFormers' MoE balance loss; "
+            "set train.z_loss=0"
+        )
+    if cfg.hardware.device == "cpu" and cfg.hardware.precision != "fp32":
+        raise PretrainConfigError(
+            f"hardware.precision={cfg.hardware.precision} on hardware.device=cpu: the "
+            "CPU graph runs in fp32 only (bf16 fails or is slower); set "
+            "hardware.precision=fp32"
+        )
+
+
+def build_model(cfg: DictConfig, pad_token_id: int = 0) -> Any:
+    """The registered MindFormers Mcore training model for cfg.model, in training mode."""
+    check_trainable(cfg)
+    init_runtime(cfg)
+    block = mindformers_config.model_config(cfg, pad_token_id=pad_token_id)
+    net = build_from_block(block)
+    net.set_train(True)
+    return net
+
+
+def build_from_block(block: Dict[str, Any]) -> Any:
+    from mindformers.models.build_model import build_network
+    from mindformers.tools.register import MindFormerConfig
+
+    # The config converter prints a table of every converted key; keep it in the log dir, off stdout.
+    log_dir = Path(os.environ.get("LOCAL_DEFAULT_PATH", "./output"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "build_network.log", "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+        return build_network(MindFormerConfig(model={"model_config": dict(block)}).model)

@@ -1,0 +1,116 @@
+"""Every CPU replacement for the MindFormers Mcore training graph, in one place (DESIGN §5).
+
+mindformers 1.9.0's `parallel_core.training_graph` is written for Ascend. On CPU it needs five
+runtime replacements, applied by `apply()` only when hardware.device == cpu, before the model is
+built; Ascend runs never call this and keep MindFormers' fused kernels and flash attention:
+
+1. core attention: FlashAttentionScore is Ascend-only -> softmax(QKᵀ/√d + mask)V (`CPUCoreAttention`).
+2. `Attention._repeat_kv`: the non-flash path MindFormers falls back to assumes a [B, N, S, D]
+   layout, but its caller hands it [S, B, N, D], so grouped-query attention (kv heads < heads)
+   fails to compile; the replacement repeats kv heads on the right axis (query head i reads kv head
+   i // rep, the convention flash attention uses, so CPU-trained weights mean the same on Ascend).
+3. RoPE's `Outer` primitive has no CPU kernel -> a broadcast product.
+4. The vocab embedding's lookup backprops through EmbeddingDenseBackward (no CPU kernel) -> Gather.
+5. The registered model classes hard-code fused RmsNorm (Ascend-only) -> MindFormers' own
+   non-fused RMSNorm (`FusedNorm` builds through the module-level name, so one rebinding covers
+   layer, QK and final norms).
+
+The module refuses to patch a mindformers version it was not written for: the private names it
+rebinds may have moved, and a silent half-patch would fail later with an unreadable graph error.
+"""
+
+from pretrain.config.errors import PretrainRunError
+
+SUPPORTED_MINDFORMERS = ("1.9.0",)
+
+_applied = False
+
+
+def check_version(installed: str) -> None:
+    if installed not in SUPPORTED_MINDFORMERS:
+        raise PretrainRunError(
+            f"pretrain/model/cpu_compat.py was written for mindformers {', '.join(SUPPORTED_MINDFORMERS)} "
+            f"but mindformers {installed} is installed: install mindformers=={SUPPORTED_MINDFORMERS[-1]} "
+            f"to train on CPU (Ascend runs do not need these replacements)"
+        )
+
+
+def apply() -> None:
+    """Install the replacements (idempotent). Call before building the model."""
+    global _applied
+    if _applied:
+        return
+    import mindformers
+
+    check_version(mindformers.__version__)
+
+    from mindformers.parallel_core.training_graph.base_models.common.embeddings import rotary_pos_embedding
+    from mindformers.parallel_core.training_graph.base_models.gpt import gpt_layer_specs
+    from mindformers.parallel_core.training_graph.tensor_parallel import layers
+    from mindformers.parallel_core.training_graph.transformer import attention, norm
+
+    cpu = _replacements()
+    gpt_layer_specs.FlashAttention = cpu["CPUCoreAttention"]
+    attention.Attention._repeat_kv = cpu["repeat_kv_sbnd"]
+    rotary_pos_embedding.Outer = cpu["CPUOuter"]
+    layers.VocabParallelEmbedding.embedding_func = cpu["gather_embedding"]
+    norm.FusedRMSNorm = norm.RMSNorm
+    _applied = True
+
+
+def _replacements():
+    """Defined here so importing this module does not import mindspore; the graph compiler reads
+    `ops` from this closure (it cannot compile an import statement inside a graph function)."""
+    from mindspore import nn, ops
+
+    class _NoShard(nn.Cell):
+        # MindFormers calls .shard()/.add_prim_attr() on these while building; single-device CPU has
+        # nothing to shard.
+        def shard(self, *args, **kwargs):
+            return self
+
+        def add_prim_attr(self, *args, **kwargs):
+            return self
+
+    class CPUOuter(_NoShard):
+        def construct(self, x, y):
+            return ops.reshape(x, (-1, 1)) * ops.reshape(y, (1, -1))
+
+    class CPUCoreAttention(_NoShard):
+        """softmax(QKᵀ·scale + mask·-1e9)V on q/k/v [S, B, N, D] (kv already repeated to N heads);
+        mask [B, 1, S, S] with 1 = masked, as CausalMaskGenerate makes it. Returns [S, B, N·D]."""
+
+        def __init__(self, config, layer_number=1, **kwargs):
+            super().__init__()
+            self.scale = float(config.softmax_scale or config.kv_channels**-0.5)
+
+        def construct(self, query, key, value, attention_mask=None):
+            seq, batch, heads, dim = query.shape
+            q = ops.transpose(query, (1, 2, 0, 3))
+            k = ops.transpose(key, (1, 2, 3, 0))
+            v = ops.transpose(value, (1, 2, 0, 3))
+            scores = ops.matmul(q, k) * self.scale
+            if attention_mask is not None:
+                scores = scores + ops.cast(attention_mask, scores.dtype) * -1e9
+            out = ops.transpose(ops.matmul(ops.softmax(scores, axis=-1), v), (2, 0, 1, 3))
+            return ops.reshape(out, (seq, batch, heads * dim))
+
+    def repeat_kv_sbnd(self, x, rep):
+        if rep == 1:
+            return x
+        seq, batch, kv_heads, dim = x.shape
+        x = ops.tile(ops.reshape(x, (seq, batch, kv_heads, 1, dim)), (1, 1, 1, rep, 1))
+        return ops.reshape(x, (seq, batch, kv_heads * rep, dim))
+
+    def gather_embedding(self, input_, weight):
+        # VocabParallelEmbedding.embedding_func for tp=1 without sequence parallel, via Gather.
+        batch, seq = input_.shape
+        out = ops.gather(weight, ops.reshape(input_, (batch * seq,)), 0)
+        return ops.reshape(out, (batch, seq, weight.shape[1]))
+
+    return {
+        "CPUOuter": CPUOuter,
+        "CPUCoreAttention": CPUCoreAttention,
+        "repeat_kv_sbnd": repeat_kv_sbnd,
+        "gather_embedding": gather_embedding,
+    }

@@ -1,0 +1,293 @@
+"""Our composed config -> the config MindFormers itself reads (pure Python, no mindspore import).
+
+`model_config(cfg)` is the `model.model_config` block that MindFormers' `build_network` turns into
+its registered Mcore training model; the trainer builds from exactly this block, so the exported
+run_dir/mindformers.yaml and the trained model cannot drift apart. `export(cfg, ...)` adds the
+other top-level sections MindFormers' own run script reads (context, parallel, parallel_config,
+optimizer, lr_schedule, runner_config, runner_wrapper, train_dataset, recompute_config, callbacks).
+
+Which registered MindFormers 1.9.0 class trains which of our architectures:
+- arch=qwen3 -> Qwen3ForCausalLM (TrainingQwen3ForCausalLM: QK-norm hard-wired on; ties the head
+  when tie_word_embeddings), or Qwen3MoeForCausalLM when model.num_experts > 0.
+- arch=llama -> TeleChat3ForCausalLM: MindFormers' generic dense Mcore decoder (RMSNorm, RoPE, GQA,
+  SwiGLU, no biases) whose qk_layernorm follows the config, so with qk_layernorm=False it is the
+  Llama layout; it also builds MoE layers from num_experts. It never ties the head.
+"""
+
+import math
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from pretrain.config.errors import PretrainConfigError
+
+# (model_type, architecture) per (arch, moe)
+_CLASSES = {
+    ("llama", False): ("telechat3", "TeleChat3ForCausalLM"),
+    ("llama", True): ("telechat3", "TeleChat3ForCausalLM"),
+    ("qwen3", False): ("qwen3", "Qwen3ForCausalLM"),
+    ("qwen3", True): ("qwen3_moe", "Qwen3MoeForCausalLM"),
+}
+_LR_SCHEDULES = {
+    "cosine": "CosineWithWarmUpLR",
+    "linear": "LinearWithWarmUpLR",
+    "constant": "ConstantWarmUpLR",
+    "wsd": "WarmUpStableDecayLR",
+}
+
+
+def tiny_init_std(hidden: int, layers: int) -> float:
+    """Pangu Ultra's TinyInit: std = sqrt(1 / (2 · hidden · layers))."""
+    return math.sqrt(1.0 / (2.0 * hidden * layers))
+
+
+def init_std(model: Any) -> float:
+    if model.init_method == "tiny":
+        return tiny_init_std(int(model.hidden_size), int(model.num_layers))
+    if model.init_method == "normal":
+        return float(model.init_std)
+    raise PretrainConfigError(f"model.init_method={model.init_method!r}: known methods are normal, tiny")
+
+
+def model_class(model: Any) -> tuple:
+    """(model_type, architecture) of the registered MindFormers class that trains `model`."""
+    moe = int(model.num_experts or 0) > 0
+    key = (str(model.arch), moe)
+    if key not in _CLASSES:
+        raise PretrainConfigError(
+            f"model.arch={model.arch!r}: known architectures are {sorted({a for a, _ in _CLASSES})}"
+        )
+    if model.arch == "qwen3" and not model.qk_layernorm:
+        raise PretrainConfigError(
+            "model.arch=qwen3 with model.qk_layernorm=false: MindFormers' Qwen3 training "
+            "class always builds QK-norm; use arch=llama for a model without it"
+        )
+    if model.arch == "llama" and model.tie_embeddings:
+        raise PretrainConfigError(
+            "model.tie_embeddings=true with model.arch=llama: MindFormers 1.9.0's class for "
+            "that layout (TeleChat3ForCausalLM) never ties the head; set "
+            "model.tie_embeddings=false or use arch=qwen3"
+        )
+    return _CLASSES[key]
+
+
+def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
+    """The `model.model_config` block for cfg.model on cfg.hardware (Hugging Face key names, plus
+    the MindFormers keys its config converter maps onto TransformerConfig)."""
+    m, hw = cfg.model, cfg.hardware
+    model_type, architecture = model_class(m)
+    on_cpu = hw.device == "cpu"
+    std = init_std(m)
+    block: Dict[str, Any] = {
+        "model_type": model_type,
+        "architectures": [architecture],
+        "vocab_size": int(m.vocab_size),
+        "hidden_size": int(m.hidden_size),
+        "intermediate_size": int(m.ffn_hidden_size),
+        "num_hidden_layers": int(m.num_layers),
+        "num_attention_heads": int(m.num_heads),
+        "num_key_value_heads": int(m.num_kv_heads),
+        "head_dim": int(m.head_dim or m.hidden_size // m.num_heads),
+        "max_position_embeddings": int(m.max_position_embeddings),
+        "seq_length": int(m.seq_length),
+        "rope_theta": float(m.rope_theta),
+        "rms_norm_eps": float(m.norm_eps),
+        "normalization": "RMSNorm",
+        "hidden_act": "silu",
+        "gated_linear_unit": True,
+        "add_bias_linear": False,
+        "attention_bias": False,
+        "position_embedding_type": "rope",
+        "qk_layernorm": bool(m.qk_layernorm),
+        "tie_word_embeddings": bool(m.tie_embeddings),
+        "initializer_range": std,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "pad_token_id": int(pad_token_id),
+        "use_contiguous_weight_layout_attention": False,
+        # Flash attention and bf16 compute are Ascend's; the CPU graph runs fp32 without them.
+        "use_flash_attention": not on_cpu,
+        "params_dtype": "float32",
+        "compute_dtype": "bfloat16" if hw.precision == "bf16" else "float32",
+        "layernorm_compute_dtype": "float32",
+        "softmax_compute_dtype": "float32",
+        "rotary_dtype": "float32",
+    }
+    if m.init_method == "tiny":
+        # MindFormers (like Megatron) scales the output projections' std by 1/sqrt(2·layers) on top
+        # of init_method_std; TinyInit uses the one std everywhere, so pin those weights to it too.
+        block["param_init_std_rules"] = [
+            {"target": r".*\.(linear_proj|linear_fc2)\.weight", "init_method_std": std}
+        ]
+    if m.sandwich_norm:
+        block["sandwich_norm"] = True
+    if int(m.num_experts or 0) > 0:
+        block.update(
+            {
+                "num_experts": int(m.num_experts),
+                "num_experts_per_tok": int(m.num_experts_per_token),
+                "moe_intermediate_size": int(m.moe_ffn_hidden_size or m.ffn_hidden_size),
+                "moe_grouped_gemm": True,  # MindFormers 1.9.0 implements only the grouped GEMM path
+                "norm_topk_prob": True,  # top-k gate weights renormalised to sum to 1 (Qwen3-MoE)
+                "routed_scaling_factor": 1.0,
+                "router_dense_type": "float32",
+            }
+        )
+        if int(m.num_shared_experts or 0) > 0:
+            block["n_shared_experts"] = int(m.num_shared_experts)
+            block["moe_shared_expert_intermediate_size"] = int(m.num_shared_experts) * int(
+                m.moe_ffn_hidden_size or m.ffn_hidden_size
+            )
+    return block
+
+
+def context_block(cfg: DictConfig) -> Dict[str, Any]:
+    hw = cfg.hardware
+    if hw.device == "cpu":
+        return {"mode": 0, "device_target": "CPU"}
+    return {
+        "mode": 0,
+        "device_target": "Ascend",
+        "max_device_memory": f"{max(int(hw.memory_gb_per_device) - 6, 1)}GB",
+        "jit_config": {"jit_level": "O0"},
+        "ascend_config": {"precision_mode": "must_keep_origin_dtype"},
+    }
+
+
+def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
+    p = cfg.parallel
+    dp, tp, pp, cp, ep = (int(p.dp), int(p.tp), int(p.pp), int(p.cp), int(p.ep))
+    world = dp * tp * pp * cp
+    pure_dp = tp == pp == cp == ep == 1
+    parallel = {
+        # data parallel alone runs in DATA_PARALLEL mode; any model split needs semi-auto parallel
+        "parallel_mode": 0 if pure_dp else 1,
+        "gradients_mean": pure_dp,
+        "full_batch": False,
+        "enable_alltoall": ep > 1,
+        "enable_parallel_optimizer": int(p.zero_stage) >= 1 and dp > 1,
+        "search_mode": "sharding_propagation",
+        "strategy_ckpt_config": {"save_file": "./ckpt_strategy.ckpt", "only_trainable_params": False},
+    }
+    parallel_config = {
+        "data_parallel": dp,
+        "model_parallel": tp,
+        "pipeline_stage": pp,
+        "context_parallel": cp,
+        "expert_parallel": ep,
+        "micro_batch_num": int(cfg.train.grad_accum) if pp > 1 else 1,
+        "use_seq_parallel": bool(p.sequence_parallel),
+        "vocab_emb_dp": False,
+        "gradient_aggregation_group": 4,
+    }
+    recompute = {
+        "recompute": p.recompute == "full",
+        "select_recompute": p.recompute == "selective",
+        "parallel_optimizer_comm_recompute": False,
+        "mp_comm_recompute": True,
+    }
+    return {
+        "use_parallel": world > 1,
+        "parallel": parallel,
+        "parallel_config": parallel_config,
+        "recompute_config": recompute,
+    }
+
+
+def lr_schedule_block(phase: Any, steps: int, peak: float) -> Dict[str, Any]:
+    """One phase's schedule as MindFormers' own LR class (our schedule.py is the one that trains;
+    this is its MindFormers spelling for a user who runs the yaml with MindFormers' trainer)."""
+    kind = str(phase.lr.schedule)
+    block = {
+        "type": _LR_SCHEDULES[kind],
+        "learning_rate": float(peak),
+        "warmup_steps": int(round(float(phase.lr.warmup_fraction) * steps)),
+        "total_steps": int(steps),
+    }
+    if kind != "constant":
+        block["lr_end"] = float(phase.lr.end)
+    if kind == "wsd":
+        block["decay_start_steps"] = int(round(steps * (1.0 - float(phase.lr.wsd_decay_fraction))))
+    return block
+
+
+def export(
+    cfg: DictConfig,
+    *,
+    first_phase: Any,
+    first_phase_steps: int,
+    first_phase_peak: float,
+    train_files: Optional[List[str]] = None,
+    pad_token_id: int = 0,
+) -> Dict[str, Any]:
+    """The whole mindformers.yaml as a dict. The lr_schedule is the first phase this run trains:
+    MindFormers' trainer has one schedule per run, so each later phase is its own MindFormers run."""
+    t, p = cfg.train, cfg.parallel
+    out: Dict[str, Any] = {
+        "seed": int(t.seed),
+        "run_mode": "train",
+        "use_legacy": False,
+        "output_dir": "./output",
+        "load_checkpoint": "",
+        "load_ckpt_format": "safetensors",
+        "resume_training": False,
+        "trainer": {"type": "CausalLanguageModelingTrainer", "model_name": str(cfg.model.name)},
+        "runner_config": {
+            "epochs": 1,
+            "batch_size": int(p.micro_batch_size),
+            "sink_mode": True,
+            "sink_size": 1,
+            "gradient_accumulation_steps": int(t.grad_accum) if int(p.pp) == 1 else 1,
+        },
+        "runner_wrapper": {
+            "type": "MFTrainOneStepCell",
+            "use_clip_grad": True,
+            "max_grad_norm": float(t.grad_clip),
+            "scale_sense": 1.0
+            if cfg.hardware.device == "cpu"
+            else {
+                "type": "DynamicLossScaleUpdateCell",
+                "loss_scale_value": 65536,
+                "scale_factor": 2,
+                "scale_window": 1000,
+            },
+        },
+        "optimizer": {
+            "type": "AdamW",
+            "betas": [float(t.adam_beta1), float(t.adam_beta2)],
+            "eps": float(t.adam_eps),
+            "weight_decay": float(t.weight_decay),
+        },
+        "lr_schedule": lr_schedule_block(first_phase, first_phase_steps, first_phase_peak),
+        "train_dataset": {
+            "data_loader": {"type": "MindDataset", "dataset_files": list(train_files or []), "shuffle": True},
+            "input_columns": ["input_ids", "labels", "loss_mask", "position_ids"],
+            "construct_args_key": ["input_ids", "labels", "loss_mask", "position_ids"],
+            "drop_remainder": True,
+            "num_parallel_workers": 2,
+            "seed": int(t.seed),
+        },
+        "context": context_block(cfg),
+        **parallel_blocks(cfg),
+        "model": {"model_config": model_config(cfg, pad_token_id=pad_token_id)},
+        "callbacks": [
+            {"type": "MFLossMonitor"},
+            {
+                "type": "CheckpointMonitor",
+                "prefix": str(cfg.model.name),
+                "save_checkpoint_steps": int(t.save_every_steps),
+                "keep_checkpoint_max": int(t.keep_checkpoint_max),
+                "checkpoint_format": "safetensors",
+            },
+        ],
+    }
+    out["train_dataset_task"] = {"type": "CausalLanguageModelDataset", "dataset_config": out["train_dataset"]}
+    return out
+
+
+def to_yaml(exported: Dict[str, Any]) -> str:
+    header = (
+        "# MindFormers config of this run, written by pretrain (pretrain/model/mindformers_config.py).\n"
+        "# MindFormerConfig loads it; build_network(config.model) builds the model pretrain trains.\n"
+    )
+    return header + OmegaConf.to_yaml(OmegaConf.create(exported))

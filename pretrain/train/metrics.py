@@ -1,0 +1,142 @@
+"""Where training metrics go: run_dir/metrics.jsonl (one JSON object per logged step, flushed at
+once), TensorBoard event files under run_dir/tensorboard/, and a live progress bar on stdout.
+
+A record is {"kind": "train" | "val", "step": global step, "phase": name, ...scalars}. The file is
+appended to, so a resumed run continues it; readers take the last record per (kind, step).
+"""
+
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+
+
+def host_memory_gb() -> float:
+    """Resident set size of this process now (Linux /proc), else its peak (getrusage)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: Union[str, os.PathLike], enabled: bool = True):
+        self.enabled = enabled
+        self.path = Path(run_dir) / METRICS_FILE
+        self._file = None
+        self._tb = None
+        self._bar = None
+        if enabled:
+            # MindSpore's generated protobuf modules need the pure-Python protobuf backend, which it
+            # selects through this variable when it is imported first; tensorboardX imported first
+            # would load the C backend and make a later `import mindspore` fail.
+            os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+            from tensorboardX import SummaryWriter
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", buffering=1, encoding="utf-8")
+            self._tb = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), flush_secs=10)
+
+    def log(self, record: Dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        kind, step = record["kind"], int(record["step"])
+        for key, value in record.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
+                self._tb.add_scalar(f"{kind}/{key}", value, step)
+
+    def rewind(self, step: int) -> None:
+        """Forget the records after `step`, which a resume or a loss-spike rollback runs again: the
+        JSONL is cut in place (so it stays one record per step), and TensorBoard is told to purge
+        its later points (a SessionLog START at step + 1, as SummaryWriter(purge_step=) does)."""
+        if not self.enabled:
+            return
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        keep = 0
+        with open(self.path, "rb") as fh:
+            for line in fh:
+                try:
+                    if int(json.loads(line)["step"]) > step:
+                        break
+                except (ValueError, KeyError):  # a torn last line (killed mid-write)
+                    break
+                keep += len(line)
+        os.truncate(self.path, keep)  # the file is open for append: the next record goes at `keep`
+        self._tb.file_writer.add_event(Event(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
+
+    # ---- progress bar (rank 0, stdout)
+    def start_phase(self, name: str, steps: int, done: int = 0) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=steps,
+                initial=done,
+                desc=f"{name:>9}",
+                unit="step",
+                file=sys.stdout,
+                dynamic_ncols=True,
+                mininterval=1.0,
+            )
+
+    def progress(self, record: Dict[str, Any]) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(
+                f"loss {record['loss']:.3f} lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s",
+                refresh=False,
+            )
+            self._bar.update(1)
+
+    def end_phase(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def close(self) -> None:
+        self.end_phase()
+        if self._tb is not None:
+            self._tb.close()
+        if self._file is not None:
+            self._file.close()
+
+
+def read_metrics(path: Union[str, os.PathLike]) -> List[Dict[str, Any]]:
+    """Records in step order, the last one winning per (kind, step); a torn last line is dropped."""
+    latest: Dict[Tuple[str, int], Dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            latest[(rec["kind"], int(rec["step"]))] = rec
+    return sorted(latest.values(), key=lambda r: (int(r["step"]), r["kind"] != "train"))
+
+
+def phase_boundaries(records: Iterable[Dict[str, Any]]) -> List[Tuple[str, int, int]]:
+    """(phase, first step, last step) of the train records, in order."""
+    spans: List[List[Any]] = []
+    for rec in records:
+        if rec["kind"] != "train":
+            continue
+        if spans and spans[-1][0] == rec["phase"]:
+            spans[-1][2] = int(rec["step"])
+        else:
+            spans.append([rec["phase"], int(rec["step"]), int(rec["step"])])
+    return [tuple(s) for s in spans]
+
+
+def mean_of(values: List[float], first: bool, window: Optional[int] = None) -> float:
+    """Mean of the first (or last) `window` values: start/end loss of a phase, robust to one noisy step."""
+    window = window or max(1, min(10, len(values) // 5))
+    chunk = values[:window] if first else values[-window:]
+    return sum(chunk) / len(chunk)

@@ -1,0 +1,335 @@
+"""`run(cfg)`: train the composed config's phases in this process and return the run's summary.
+
+The recipe: prepare data -> check it fits the model -> build the MindFormers model -> resume from
+the run directory's newest good checkpoint (or, for one phase run alone, continue from the previous
+phase's final checkpoint) -> chain the phases' LR schedules -> export mindformers.yaml -> train each
+phase under the resilience guards (signals, watchdog, spike / non-finite guards) -> plot, summarise.
+Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
+rank loads the same checkpoint.
+"""
+
+import hashlib
+import json
+import shlex
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from pretrain.config.errors import PretrainConfigError, PretrainDataError, PretrainRunError
+from pretrain.config.validate import phases
+from pretrain.io import write_atomic
+from pretrain.model import builder, mindformers_config
+from pretrain.plan.planner import flops_per_token, model_shape
+from pretrain.resilience import config as resilience
+from pretrain.resilience.checkpoint import CheckpointManager, read_state
+from pretrain.resilience.events import EventLog
+from pretrain.resilience.resume import Start, config_changes, find_start
+from pretrain.resilience.signals import GracefulStop
+from pretrain.train import ranks
+from pretrain.train.metrics import METRICS_FILE, MetricsWriter
+from pretrain.train.plot import plot_curves
+from pretrain.train.schedule import curriculum
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+
+CURRICULUM = ("general", "reasoning", "anneal")  # conf/phase/all.yaml's order
+# cfg.model keys that are not the architecture (recipe numbers, initialisation, length limits)
+_NOT_ARCH = {
+    "name",
+    "global_batch_size",
+    "total_tokens",
+    "lr_peak",
+    "init_method",
+    "init_std",
+    "seq_length",
+    "max_position_embeddings",
+}
+
+
+def architecture(cfg: DictConfig) -> Dict[str, Any]:
+    """What a checkpoint must share with the model to be loaded into it."""
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    return {k: v for k, v in sorted(model.items()) if k not in _NOT_ARCH}
+
+
+def architecture_hash(arch: Dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def phase_steps(cfg: DictConfig, phase: Any) -> int:
+    """round(phase tokens / (global batch × seq)); phase tokens = phase.tokens or token_fraction × total."""
+    tokens = (
+        float(phase.tokens)
+        if phase.tokens is not None
+        else float(phase.token_fraction) * float(cfg.train.total_tokens)
+    )
+    per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
+    steps = int(round(tokens / per_step))
+    if steps < 1:
+        raise PretrainConfigError(
+            f"phase {phase.name}: {tokens:.0f} tokens < one step of train.global_batch_size"
+            f"({cfg.train.global_batch_size}) x model.seq_length({cfg.model.seq_length}) = "
+            f"{per_step} tokens; raise train.total_tokens or the phase's tokens"
+        )
+    return steps
+
+
+def previous_phase(name: str) -> Optional[str]:
+    """The curriculum phase a phase run alone continues from (None for the first)."""
+    return CURRICULUM[CURRICULUM.index(name) - 1] if name in CURRICULUM[1:] else None
+
+
+def check_data(cfg: DictConfig, prepared: Dict[str, Any]) -> None:
+    """One-line errors naming both values when the prepared data does not fit the model."""
+    from pretrain.data.prepare import tokenizer_vocab_size
+
+    for name, prep in prepared.items():
+        if int(prep.seq_length) != int(cfg.model.seq_length):
+            raise PretrainDataError(
+                f"dataset {name} in {prep.dir} is packed for seq_length {prep.seq_length}, "
+                f"model.seq_length is {cfg.model.seq_length}: set data.seq_length="
+                f"{cfg.model.seq_length} so it is re-packed, or use a model of that length"
+            )
+    for path in sorted({str(prep.tokenizer_path) for prep in prepared.values()}):
+        vocab = tokenizer_vocab_size(path)
+        if vocab != int(cfg.model.vocab_size):
+            raise PretrainDataError(
+                f"tokenizer {path} has a vocabulary of {vocab}, model.vocab_size is "
+                f"{cfg.model.vocab_size}: set model.vocab_size={vocab} or use a tokenizer "
+                f"of {cfg.model.vocab_size} pieces"
+            )
+
+
+def pad_token_id(tokenizer_path: str) -> int:
+    """The tokenizer's padding id, -1 when it has none (then no token is masked out as padding;
+    the loader's loss mask still excludes padded positions)."""
+    from pretrain.data.tokenizer import load
+
+    return int(load(Path(tokenizer_path)).pad_id())
+
+
+def phase_seed(cfg: DictConfig, name: str) -> int:
+    # The same phase samples the same batches whether it runs alone or inside the curriculum.
+    return int(cfg.train.seed) + zlib.crc32(name.encode()) % 100003
+
+
+def run(cfg: DictConfig) -> Dict[str, Any]:
+    started = time.perf_counter()
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    builder.prepare_environment(str(run_dir))  # before anything imports mindspore / mindformers
+    plist = phases(cfg)
+    steps = [phase_steps(cfg, ph) for ph in plist]
+    builder.check_trainable(cfg)
+    logging_rank = ranks.is_logging_rank()
+    events = EventLog(run_dir / "events.jsonl") if logging_rank else None
+    checkpoints = CheckpointManager(
+        run_dir / "checkpoints",
+        keep_latest=int(cfg.train.keep_checkpoint_max),
+        events=events,
+        config_hash=architecture_hash(architecture(cfg)),
+        async_save=bool(cfg.resilience.async_save),
+    )
+    previous = previous_phase(str(plist[0].name)) if len(plist) == 1 else None
+    start = find_start([str(p.name) for p in plist], previous, checkpoints)  # before the slow parts
+
+    from pretrain.data.prepare import prepare
+
+    prepared = prepare(cfg.data, progress=logging_rank)
+    check_data(cfg, prepared)
+    pad = pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
+    metrics = MetricsWriter(run_dir, enabled=logging_rank)
+    trainer = build_trainer(cfg, pad, metrics, checkpoints, events)
+    if start is not None:
+        resume(trainer, checkpoints, start, events)
+    schedules = curriculum(plist, steps, start=trainer.state.lr_start)
+    plans = phase_plans(cfg, prepared, plist, schedules)
+    if logging_rank:
+        export_mindformers_yaml(cfg, run_dir, plist[0], steps[0], schedules[0].peak, prepared, pad)
+        events.log("start", step=trainer.state.global_step, phases=[p.name for p in plans], steps=steps)
+    try:
+        with GracefulStop() as stop, resilience.watchdog(
+            cfg.resilience, run_dir, events, rank=ranks.rank_info()[0]
+        ) as dog:
+            trainer.stop, trainer.watchdog = stop, dog
+            results = trainer.run(plans)
+    except PretrainRunError as e:
+        if logging_rank:
+            events.log("error", step=trainer.state.global_step, reason=str(e))
+        raise
+    finally:
+        metrics.close()
+        checkpoints.close()
+    summary = {
+        "run_dir": str(run_dir),
+        "phases": results,
+        "global_step": trainer.state.global_step,
+        "params": sum(int(p.size) for p in trainer.step.net.trainable_params()),
+        "wall_s": time.perf_counter() - started,
+    }
+    if trainer.stopped:
+        summary["stopped"] = trainer.stopped
+    if logging_rank:
+        if not trainer.stopped:
+            events.log("finish", step=trainer.state.global_step, wall_s=round(summary["wall_s"], 2))
+        events.close()
+        plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
+        write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+        print(format_summary(summary), flush=True)
+        if trainer.stopped:
+            print(resume_hint(trainer, checkpoints), flush=True)
+    return summary
+
+
+def resume(trainer: Trainer, checkpoints: CheckpointManager, start: Start, events: Optional[EventLog]) -> None:
+    """Load the start checkpoint on this rank; log and print where the run continues from."""
+    loading = time.perf_counter()
+    state = trainer.restore(checkpoints, start.info)
+    load_s = time.perf_counter() - loading
+    if start.handoff:  # the phase's schedule starts from the LR the previous phase ended at
+        state.lr_start = state.lr
+        how = "continues from the previous phase's final checkpoint"
+    else:
+        how = f"resumes phase {state.phase} at step {state.phase_step}"
+    changed = config_changes(read_state(start.info).get("config"), trainer.run_config)
+    if events is not None:
+        events.log("resume", step=state.global_step, phase=state.phase, phase_step=state.phase_step,
+                   path=str(start.info.path), handoff=start.handoff, load_s=round(load_s, 3),
+                   config_changed=changed)
+        print(f"{how} from {start.info.path} (global step {state.global_step}, loaded in {load_s:.1f} s)",
+              flush=True)
+        if changed and not start.handoff:
+            print(f"warning: the config differs from the checkpoint's in {', '.join(changed[:8])}"
+                  f"{' ...' if len(changed) > 8 else ''}: the run continues, but not as the same run",
+                  flush=True)
+
+
+def resume_hint(trainer: Trainer, checkpoints: CheckpointManager) -> str:
+    command = "the same command"
+    if sys.argv and Path(sys.argv[0]).name == "__main__.py" and Path(sys.argv[0]).parent.name == "pretrain":
+        command = shlex.join(["python", "-m", "pretrain", *sys.argv[1:]])
+    return (f"stopped by {trainer.stopped} after step {trainer.state.global_step}; its checkpoint is in "
+            f"{checkpoints.directory}. To resume, run {command} again (same run_dir): it continues "
+            f"from step {trainer.state.global_step}")
+
+
+def phase_plans(
+    cfg: DictConfig, prepared: Dict[str, Any], plist: List[Any], schedules: List[Any]
+) -> List[PhasePlan]:
+    """Each phase's schedule and its train / validation loaders over its data mix, for this dp rank."""
+    dp_rank, dp_size = ranks.data_parallel_rank(cfg)
+    plans = []
+    for phase, lr in zip(plist, schedules, strict=True):
+        val = (
+            make_loader(cfg, prepared, phase, "val", dp_rank, dp_size) if cfg.data.val_fraction > 0 else None
+        )
+        plans.append(
+            PhasePlan(str(phase.name), lr, make_loader(cfg, prepared, phase, "train", dp_rank, dp_size), val)
+        )
+    return plans
+
+
+def build_trainer(
+    cfg: DictConfig,
+    pad: int,
+    metrics: MetricsWriter,
+    checkpoints: Optional[CheckpointManager],
+    events: Optional[EventLog] = None,
+) -> Trainer:
+    """The MindFormers model, its GRAPH-mode step and the loop around it."""
+    import mindspore as ms
+
+    from pretrain.train.step import TrainStep
+
+    ms.set_seed(int(cfg.train.seed))
+    net = builder.build_model(cfg, pad_token_id=pad)
+    t, p = cfg.train, cfg.parallel
+    step = TrainStep(
+        net,
+        lr=0.0,
+        weight_decay=t.weight_decay,
+        betas=(t.adam_beta1, t.adam_beta2),
+        eps=t.adam_eps,
+        grad_accum=int(t.grad_accum),
+        grad_clip=t.grad_clip,
+        loss_scaling=cfg.hardware.device != "cpu",
+        z_loss=t.z_loss,
+    )
+    seq = int(cfg.model.seq_length)
+    throughput = Throughput(
+        tokens_per_step=int(t.global_batch_size) * seq,
+        devices=int(p.dp * p.tp * p.pp * p.cp),
+        flops_per_token=flops_per_token(model_shape(cfg.model), seq),
+        peak_flops=float(cfg.hardware.peak_tflops) * 1e12,
+    )
+    return Trainer(
+        step,
+        metrics=metrics,
+        throughput=throughput,
+        grad_accum=int(t.grad_accum),
+        arch=architecture(cfg),
+        log_every=t.log_every,
+        eval_every=t.eval_every,
+        eval_batches=t.eval_batches,
+        checkpoints=checkpoints,
+        save_every_steps=t.save_every_steps,
+        save_every_minutes=t.save_every_minutes,
+        saving=ranks.is_logging_rank(),
+        events=events,
+        spike=resilience.spike_guard(cfg.resilience),
+        nonfinite=resilience.nonfinite_guard(cfg.resilience),
+        run_config=OmegaConf.to_container(cfg, resolve=True),
+    )
+
+
+def export_mindformers_yaml(
+    cfg: DictConfig, run_dir: Path, first: Any, steps: int, peak: float, prepared: Dict[str, Any], pad: int
+) -> None:
+    files = [str(f) for name in first.mix for f in prepared[name].train_shards]
+    exported = mindformers_config.export(
+        cfg,
+        first_phase=first,
+        first_phase_steps=steps,
+        first_phase_peak=peak,
+        train_files=files,
+        pad_token_id=pad,
+    )
+    write_atomic(run_dir / "mindformers.yaml", mindformers_config.to_yaml(exported))
+
+
+def make_loader(
+    cfg: DictConfig, prepared: Dict[str, Any], phase: Any, split: str, dp_rank: int, dp_size: int
+) -> Any:
+    from pretrain.data.loader import BatchLoader
+
+    per_step = int(cfg.parallel.micro_batch_size) * (int(cfg.train.grad_accum) if split == "train" else 1)
+    return BatchLoader(
+        prepared,
+        {k: float(v) for k, v in phase.mix.items()},
+        batch_size=per_step,
+        seq_length=int(cfg.model.seq_length),
+        seed=phase_seed(cfg, str(phase.name)),
+        dp_rank=dp_rank,
+        dp_size=dp_size,
+        split=split,
+    )
+
+
+def format_summary(summary: Dict[str, Any]) -> str:
+    lines = [
+        f"trained {summary['params']:,} parameters for {summary['global_step']} steps in "
+        f"{summary['wall_s']:.0f} s -> {summary['run_dir']}",
+        f"{'phase':<10}{'steps':>6}{'loss first':>12}{'loss last':>11}{'(mean first/last)':>20}"
+        f"{'val last':>10}{'lr first':>11}{'lr last':>10}{'tok/s':>8}{'wall s':>8}",
+    ]
+    for r in summary["phases"]:
+        val = f"{r['val_loss_last']:.3f}" if r["val_loss_last"] is not None else "-"
+        lines.append(
+            f"{r['phase']:<10}{r['steps']:>6}{r['loss_first']:>12.3f}{r['loss_last']:>11.3f}"
+            f"{r['loss_start_mean']:>10.3f}/{r['loss_end_mean']:<9.3f}{val:>10}{r['lr_first']:>11.2e}"
+            f"{r['lr_last']:>10.2e}{r['tokens_per_s']:>8.0f}{r['wall_s']:>8.0f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""mindformers.yaml export: every model option loads through MindFormers' own config classes and
+means the architecture we configured."""
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from pretrain.config.errors import PretrainConfigError
+from pretrain.model import mindformers_config as mfc
+from pretrain.train.schedule import phase_lr
+
+MODELS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "model").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def mindformers(tmp_path_factory):
+    """MindFormers imported from a scratch directory (it writes ./output on import), Mcore context."""
+    scratch = tmp_path_factory.mktemp("mindformers")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(scratch)
+        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
+        from mindformers.core.context.build_context import build_context
+
+        build_context(
+            {
+                "use_legacy": False,
+                "use_parallel": False,
+                "context": {"mode": 0, "device_target": "CPU"},
+                "parallel": {},
+                "parallel_config": {},
+            }
+        )
+        yield scratch
+
+
+def exported(cfg):
+    phase = cfg.phase.general if "general" in cfg.phase else cfg.phase
+    return mfc.export(
+        cfg, first_phase=phase, first_phase_steps=100, first_phase_peak=float(cfg.train.lr_peak)
+    )
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_model_exports_a_config_mindformers_loads_as_that_architecture(
+    model, compose_many, mindformers, tmp_path
+):
+    from mindformers.models.build_config import get_model_config
+    from mindformers.tools.register import MindFormerConfig
+
+    hardware = "cpu" if model == "tiny" else "ascend910b_8x8"
+    cfg = compose_many([f"model={model}", f"hardware={hardware}"])
+    path = tmp_path / "mindformers.yaml"
+    path.write_text(mfc.to_yaml(exported(cfg)))
+    loaded = MindFormerConfig(str(path))
+    assert loaded.model.model_config.model_type == mfc.model_class(cfg.model)[0]
+    assert loaded.lr_schedule.total_steps == 100 and loaded.optimizer.type == "AdamW"
+    assert loaded.context.device_target == ("CPU" if hardware == "cpu" else "Ascend")
+
+    hf_config = get_model_config(loaded.model)
+    t = hf_config.convert_to_transformer_config()
+    m = cfg.model
+    assert (t.num_layers, t.hidden_size, t.num_attention_heads, t.num_query_groups, t.ffn_hidden_size) == (
+        m.num_layers,
+        m.hidden_size,
+        m.num_heads,
+        m.num_kv_heads,
+        m.ffn_hidden_size,
+    )
+    assert t.kv_channels == (m.head_dim or m.hidden_size // m.num_heads)
+    assert t.vocab_size == m.vocab_size and t.rotary_base == m.rope_theta
+    assert t.layernorm_epsilon == pytest.approx(m.norm_eps)
+    assert t.qk_layernorm == m.qk_layernorm and t.tie_word_embeddings == m.tie_embeddings
+    assert t.gated_linear_unit and t.hidden_act == "silu" and not t.add_bias_linear
+    assert t.use_flash_attention == (hardware != "cpu")
+    if m.init_method == "tiny":  # Pangu Ultra's TinyInit, also on the output projections
+        std = math.sqrt(1 / (2 * m.hidden_size * m.num_layers))
+        assert t.init_method_std == pytest.approx(std)
+        assert [r["init_method_std"] for r in t.param_init_std_rules] == [pytest.approx(std)]
+        assert t.param_init_std_rules[0]["target"].match(
+            "decoder.layers.93.self_attention.linear_proj.weight"
+        )
+    else:
+        assert t.init_method_std == pytest.approx(m.init_std)
+    assert bool(t.sandwich_norm) == bool(m.sandwich_norm)
+    if m.num_experts:
+        assert (t.num_moe_experts, t.moe_router_topk, t.moe_ffn_hidden_size) == (
+            m.num_experts,
+            m.num_experts_per_token,
+            m.moe_ffn_hidden_size,
+        )
+    else:
+        assert not t.num_moe_experts
+
+
+def test_layouts_map_onto_mindformers_parallel_sections(compose_many):
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"])
+    out = exported(cfg)
+    assert out["use_parallel"] is True
+    assert out["parallel"]["parallel_mode"] == 1  # model split: semi-auto parallel
+    pc = out["parallel_config"]
+    assert (pc["data_parallel"], pc["model_parallel"], pc["pipeline_stage"]) == (8, 4, 2)
+    assert pc["micro_batch_num"] == cfg.train.grad_accum and pc["use_seq_parallel"] is True
+    assert out["recompute_config"]["select_recompute"] is True
+    assert out["model"]["model_config"]["compute_dtype"] == "bfloat16"
+    assert out["runner_wrapper"]["scale_sense"]["type"] == "DynamicLossScaleUpdateCell"
+
+    tiny = exported(compose_many([]))
+    assert tiny["use_parallel"] is False and tiny["parallel"]["parallel_mode"] == 0
+    assert tiny["runner_wrapper"]["scale_sense"] == 1.0
+    assert tiny["model"]["model_config"]["compute_dtype"] == "float32"
+
+
+def test_lr_schedule_export_uses_mindformers_class_names(compose_many):
+    cfg = compose_many([])
+    general = cfg.phase.general
+    block = mfc.lr_schedule_block(general, 200, 1e-3)
+    assert block == {
+        "type": "CosineWithWarmUpLR",
+        "learning_rate": 1e-3,
+        "warmup_steps": 10,
+        "total_steps": 200,
+        "lr_end": pytest.approx(float(general.lr.end)),
+    }
+    wsd = compose_many(["phase.general.lr.schedule=wsd"]).phase.general
+    assert mfc.lr_schedule_block(wsd, 200, 1e-3)["decay_start_steps"] == 160
+    assert phase_lr("general", 200, general.lr, 0.0).warmup_steps == block["warmup_steps"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model=qwen3_8b", "model.qk_layernorm=false"], "always builds QK-norm"),
+        (["model.tie_embeddings=true"], "never ties the head"),
+        (["model.arch=gpt2"], "known architectures"),
+        (["model.init_method=xavier"], "known methods are normal, tiny"),
+    ],
+)
+def test_architectures_mindformers_cannot_train_are_refused_with_the_key(overrides, message, compose_many):
+    with pytest.raises(PretrainConfigError, match=message):
+        mfc.model_config(compose_many(overrides))
+
+
+def test_export_module_stays_free_of_mindspore():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pretrain.config.compose import compose; "
+        "from pretrain.model import mindformers_config as m; c = compose([]); "
+        "m.to_yaml(m.export(c, first_phase=c.phase.general, first_phase_steps=3, first_phase_peak=1e-3)); "
+        "assert 'mindspore' not in sys.modules and 'mindformers' not in sys.modules"
+    )
+    repo = str(Path(__file__).resolve().parent.parent)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=repo, env={**os.environ, "PYTHONPATH": repo})

@@ -1,0 +1,188 @@
+"""The GRAPH-mode training step on the real (shrunken) MindFormers model: accumulation, the LR feed,
+clipping, loss scaling with non-finite skips, z-loss, and checkpoint restore."""
+
+import numpy as np
+import pytest
+
+from pretrain.config.errors import PretrainRunError
+from pretrain.model import builder
+from pretrain.train.metrics import MetricsWriter
+from pretrain.train.runner import architecture
+from pretrain.train.schedule import phase_lr
+
+SHRINK = [
+    "model.hidden_size=64",
+    "model.num_layers=2",
+    "model.num_heads=4",
+    "model.num_kv_heads=2",
+    "model.ffn_hidden_size=128",
+    "model.vocab_size=512",
+    "model.seq_length=32",
+    "model.max_position_embeddings=32",
+]
+SEQ, VOCAB = 32, 512
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("mindformers")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(scratch)
+        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
+        yield scratch
+
+
+@pytest.fixture
+def cfg(compose_many):
+    return compose_many(SHRINK)
+
+
+class RandomTokens:
+    """Deterministic batches of the data loader's shape, a pure function of the step."""
+
+    def __init__(self, rows, seed=0):
+        self.rows, self.seed = rows, seed
+
+    def batch(self, step):
+        x = np.random.default_rng([self.seed, step]).integers(4, VOCAB, (self.rows, SEQ + 1)).astype(np.int32)
+        return {
+            "input_ids": x[:, :-1],
+            "labels": x[:, 1:],
+            "loss_mask": np.ones((self.rows, SEQ), np.float32),
+        }
+
+
+def make_step(cfg, weights=None, **kw):
+    from pretrain.train.step import TrainStep
+
+    net = builder.build_model(cfg)
+    if weights is not None:
+        import mindspore as ms
+
+        ms.load_param_into_net(net, {k: ms.Parameter(ms.Tensor(v), name=k) for k, v in weights.items()})
+    args = dict(
+        lr=1e-3,
+        weight_decay=0.1,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+        grad_accum=1,
+        grad_clip=1.0,
+        loss_scaling=False,
+    )
+    args.update(kw)
+    return TrainStep(net, **args)
+
+
+def weights_of(step):
+    return {p.name: p.asnumpy().copy() for p in step.net.trainable_params()}
+
+
+def test_accumulating_two_micro_batches_equals_one_step_on_both(runtime, cfg):
+    b = RandomTokens(4).batch(0)
+    halves = [{k: v[:2] for k, v in b.items()}, {k: v[2:] for k, v in b.items()}]
+    accumulated = make_step(cfg, grad_accum=2)
+    init = weights_of(accumulated)
+    whole = make_step(cfg, weights=init)
+    for _ in range(2):  # the second step proves the buffers were zeroed after the first
+        a, w = accumulated.step(halves, 1e-3), whole.step([b], 1e-3)
+        assert a["loss"] == pytest.approx(w["loss"], rel=1e-5)
+        assert a["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-4)
+    after_a, after_w = weights_of(accumulated), weights_of(whole)
+    assert any(not np.allclose(after_a[k], init[k]) for k in init)
+    for k in init:
+        np.testing.assert_allclose(after_a[k], after_w[k], rtol=1e-4, atol=1e-5)  # Adam: ~1e-3 steps
+
+
+def test_the_lr_input_drives_the_update_without_recompiling(runtime, cfg):
+    step = make_step(cfg)
+    batch = [RandomTokens(2).batch(0)]
+    before = weights_of(step)
+    step.step(batch, 0.0)
+    assert step.applied_lr == 0.0
+    assert all(np.array_equal(before[k], v) for k, v in weights_of(step).items())  # lr 0: AdamW moves nothing
+    step.step(batch, 0.0123)
+    assert step.applied_lr == pytest.approx(0.0123)
+    assert any(not np.array_equal(before[k], v) for k, v in weights_of(step).items())
+
+
+@pytest.mark.parametrize("clip", [1e-3, 1e3])
+def test_gradients_are_clipped_to_the_global_norm(clip, runtime, cfg):
+    step = make_step(cfg, grad_clip=clip)
+    out = step.step([RandomTokens(2).batch(0)], 1e-3)
+    # after the first step Adam's first moment is (1 - beta1) · the gradient it was given
+    m = np.sqrt(sum(float((p.asnumpy() ** 2).sum()) for p in step.optimizer.moments1)) / (1 - 0.9)
+    assert m == pytest.approx(min(out["grad_norm"], clip), rel=1e-3)
+    assert out["grad_norm"] > 1e-3
+
+
+def test_an_overflowing_step_is_skipped_and_the_loss_scale_backs_off(runtime, cfg):
+    import mindspore as ms
+
+    step = make_step(cfg, loss_scaling=True)
+    batch = [RandomTokens(2).batch(0)]
+    before = weights_of(step)
+    step.scaler.scale_value.set_data(ms.Tensor(3e38, ms.float32))  # scaled gradients overflow fp32
+    out = step.step(batch, 1e-3)
+    assert out["finite"] is False and out["loss_scale"] == pytest.approx(3e38)
+    assert all(np.array_equal(before[k], v) for k, v in weights_of(step).items())
+    assert step.scaler_state()["scale_value"] == pytest.approx(1.5e38)
+    step.load_scaler_state({"scale_value": 1024.0, "counter": 0})
+    out = step.step(batch, 1e-3)
+    assert out["finite"] is True and out["loss_scale"] == 1024.0
+    assert any(not np.array_equal(before[k], v) for k, v in weights_of(step).items())
+
+
+def test_z_loss_adds_z_times_mean_log_partition_squared_to_mindformers_cross_entropy(runtime, cfg):
+    import mindspore as ms
+
+    from pretrain.train.step import LossCell
+
+    net = builder.build_model(cfg)
+    b = RandomTokens(2).batch(0)
+    args = (ms.Tensor(b["input_ids"]), ms.Tensor(b["labels"]), ms.Tensor(b["loss_mask"]))
+    _, mindformers_ce = LossCell(net)(*args)
+    z = 1e-2
+    objective, ce = LossCell(net, z_loss=z)(*args)  # switches the model to its logits output
+    logits = net(input_ids=args[0], labels=args[1], loss_mask=args[2]).asnumpy().astype(np.float64)
+    log_z = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    assert float(ce.asnumpy()) == pytest.approx(float(mindformers_ce.asnumpy()), rel=1e-5)
+    assert float(objective.asnumpy()) - float(ce.asnumpy()) == pytest.approx(z * (log_z**2).mean(), rel=1e-4)
+
+
+def test_restoring_a_checkpoint_continues_exactly_and_refuses_another_architecture(
+    runtime, cfg, compose_many, tmp_path
+):
+    from pretrain.resilience.checkpoint import CheckpointManager
+    from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+
+    def trainer(config, checkpoints=None):
+        return Trainer(
+            make_step(config),
+            metrics=MetricsWriter(tmp_path, enabled=False),
+            grad_accum=1,
+            arch=architecture(config),
+            checkpoints=checkpoints,
+            throughput=Throughput(tokens_per_step=2 * SEQ, devices=1, flops_per_token=1.0, peak_flops=1.0),
+        )
+
+    lr = phase_lr("general", 6, cfg.phase.general.lr, start=0.0)
+    plan = PhasePlan("general", lr, RandomTokens(2), None)
+    checkpoints = CheckpointManager(tmp_path / "checkpoints", keep_latest=2)
+    first = trainer(cfg, checkpoints)
+    first.state.phase = "general"
+    for _ in range(3):
+        first.train_step(plan)
+    first.save()
+    reference = [first.train_step(plan)["loss"] for _ in range(3)]
+
+    resumed = trainer(cfg)
+    resumed.restore(checkpoints, checkpoints.latest())
+    assert (resumed.state.global_step, resumed.state.phase_step) == (3, 3)
+    assert resumed.state.lr == pytest.approx(lr.at(2))
+    assert [resumed.train_step(plan)["loss"] for _ in range(3)] == pytest.approx(reference, rel=1e-6)
+
+    other = compose_many(SHRINK + ["model.ffn_hidden_size=96"])
+    with pytest.raises(
+        PretrainRunError, match=r"model\.ffn_hidden_size=128 there, model\.ffn_hidden_size=96 in this run"
+    ):
+        trainer(other).restore(checkpoints, checkpoints.latest())
