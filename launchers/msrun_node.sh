@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# One node of a run: msrun starts LOCAL_WORKER_NUM ranks of `python -m pretrain.worker RUN_DIR`,
-# each reading the frozen RUN_DIR/config.yaml (ranks never run Hydra).
+# One node of a run: msrun starts LOCAL_WORKER_NUM ranks of `python -m pretrain.worker RUN_DIR` (ranks
+# NODE_RANK*LOCAL_WORKER_NUM .. +LOCAL_WORKER_NUM-1 of WORKER_NUM), each reading the frozen
+# RUN_DIR/config.yaml (ranks never run Hydra). The node at MASTER_ADDR also runs msrun's scheduler.
+# Start it on every node within CLUSTER_TIME_OUT seconds of each other, from the directory the run
+# was composed in (the config's relative paths, e.g. the data cache, are relative to it).
 # By hand:  WORKER_NUM=64 LOCAL_WORKER_NUM=8 NODE_RANK=0 MASTER_ADDR=10.0.0.1 launchers/msrun_node.sh runs/x
-# `python -m pretrain hardware=<multi-node>` writes one ready-made copy per node into RUN_DIR/launch/.
+# `python -m pretrain hardware=<multi-node>` writes ready-made per-node callers into RUN_DIR/launch/.
 set -euo pipefail
 RUN_DIR=${1:?usage: msrun_node.sh RUN_DIR}
-: "${WORKER_NUM:?total ranks of the job}" "${LOCAL_WORKER_NUM:?ranks on this node}" "${NODE_RANK:?this node's rank}"
+: "${WORKER_NUM:?total ranks of the job}" "${LOCAL_WORKER_NUM:?ranks on this node}" "${NODE_RANK:?the rank of this node}"
 exec msrun --worker_num="$WORKER_NUM" --local_worker_num="$LOCAL_WORKER_NUM" \
   --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${MASTER_PORT:-8118}" \
   --node_rank="$NODE_RANK" --log_dir="$RUN_DIR/logs" --join=True \

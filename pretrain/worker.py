@@ -1,8 +1,11 @@
 """`python -m pretrain.worker RUN_DIR`: one rank of a launched run (msrun starts one per device).
 
 Ranks never run Hydra: they read the frozen, resolved RUN_DIR/config.yaml. Each rank leaves
-RUN_DIR/logs/rank_<r>.exit with its exit code and last error, so the launcher can report the
-first failing rank in seconds instead of waiting for msrun's heartbeat timeout.
+RUN_DIR/logs/rank_<r>.pid when it starts and RUN_DIR/logs/rank_<r>.exit when it ends (its exit
+code, last error, and what it trained: pretrain.train.runner.rank_evidence), so the launcher
+reports the first failing or vanished rank in about a second instead of waiting for msrun's
+heartbeat timeout. msrun's scheduler process runs this same command (MS_ROLE=MS_SCHED): it only
+hosts the cluster rendezvous and never trains.
 """
 import json
 import os
@@ -15,8 +18,8 @@ from pretrain.app import USER_ERRORS
 from pretrain.io import write_atomic
 
 
-def status_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / "logs" / f"rank_{rank}.exit"
+def status_path(run_dir: Path, rank: int, kind: str = "exit") -> Path:
+    return run_dir / "logs" / f"rank_{rank}.{kind}"
 
 
 def main(argv=None) -> int:
@@ -26,28 +29,33 @@ def main(argv=None) -> int:
         return 2
     run_dir = Path(args[0]).resolve()
     if os.environ.get("MS_ROLE") == "MS_SCHED":
-        # msrun's scheduler runs this same command; it only hosts the cluster rendezvous.
         import mindspore as ms
         from mindspore.communication import init
         ms.set_context(device_target="CPU")
         init()
         return 0
     rank = int(os.environ.get("RANK_ID", "0"))
-    code, error = 1, "crashed (see this rank's log)"
+    status_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(status_path(run_dir, rank, "pid"), str(os.getpid()))
+    status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
         from pretrain.train.runner import run
-        run(OmegaConf.load(run_dir / "config.yaml"))
-        code, error = 0, ""
+        cfg = OmegaConf.load(run_dir / "config.yaml")
+        cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
+        summary = run(cfg)
+        status.update(exit=0, error="", **summary.get("rank_evidence", {}))
     except USER_ERRORS as exc:
-        code, error = 2, str(exc).splitlines()[0]
+        status.update(exit=2, error=str(exc).splitlines()[0])
         print(f"error: [rank {rank}] {exc}", file=sys.stderr, flush=True)
     except SystemExit as exc:
-        code, error = (exc.code if isinstance(exc.code, int) else 1), ""
+        status.update(exit=exc.code if isinstance(exc.code, int) else 1, error="")
+        raise
+    except BaseException as exc:   # recorded, then re-raised with its traceback
+        status["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         raise
     finally:
-        status_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(status_path(run_dir, rank), json.dumps({"rank": rank, "exit": code, "error": error}))
-    return code
+        write_atomic(status_path(run_dir, rank), json.dumps(status))
+    return status["exit"]
 
 
 if __name__ == "__main__":

@@ -35,3 +35,10 @@ def cli(tmp_path):
             raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
     return run
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory):
+    """One PRETRAIN_CACHE for the whole session: the sample corpus and its tokenizer are built once
+    (30-60 s) and every CLI run that points at it only packs what its seq_length needs."""
+    return tmp_path_factory.mktemp("pretrain-cache")

@@ -328,3 +328,20 @@ def test_discard_from_removes_the_diverged_checkpoints(tmp_path):
     assert [i.step for i in removed] == [30] and [i.step for i in mgr.list()] == [20, 10]
     assert pointer(mgr.directory) == "step_00000020"
     assert kinds(events, "prune")[-1]["reason"] == "rollback"
+
+
+def test_loading_into_an_already_compiled_step_rolls_it_back_bitwise(tmp_path):
+    """A loss-spike rollback loads into the running process, whose graph is compiled: the loaded
+    values must be the ones the graph computes with (set_data-style loading is not)."""
+    data = batches(7)
+    _, _, fresh = make_model()
+    reference = [float(fresh(x, y).asnumpy()) for x, y in data]
+    _, opt, step = make_model()
+    mgr = CheckpointManager(tmp_path, keep_latest=2)
+    losses = [float(step(x, y).asnumpy()) for x, y in data[:3]]
+    mgr.save(3, opt, {})
+    for x, y in data[3:6]:
+        step(x, y)                                   # the steps the rollback throws away
+    mgr.load(mgr.latest(), opt)
+    losses += [float(step(x, y).asnumpy()) for x, y in data[3:]]
+    assert losses == reference

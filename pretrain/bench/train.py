@@ -9,10 +9,9 @@ step      : pretrain.train.step.TrainStep on that batch: LR fed as an input, glo
             the non-finite skip, AdamW with decay on matrices only.
 loop      : Trainer.train_step with metrics on: the real BatchLoader batch of every step, TrainStep,
             then JSONL + TensorBoard + progress bar, as `python -m pretrain` runs it.
-All variants train the same model instance (each with its own optimizer state), so they touch the
-same parameter memory. They alternate, `steps` at a time and in a rotating order, for `rounds`
-rounds after a warm-up round (compiles), so background load hits all of them alike; the medians of
-the per-step times are compared. The goal: loop <= 5 % over the
+Each variant trains its own copy of the same initial weights. They alternate, `steps` at a time and
+in a rotating order, for `rounds` rounds after a warm-up round (compiles), so background load hits
+all of them alike; the medians of the per-step times are compared. The goal: loop <= 5 % over the
 faster bare variant.
 """
 
@@ -57,6 +56,13 @@ def main(argv) -> None:
 
     ms.set_seed(int(t.seed))
     net = builder.build_model(cfg)
+    init = {p.name: p.asnumpy().copy() for p in net.trainable_params()}
+
+    def model():
+        # one model per variant, each with the same initial weights, as each would train alone
+        copy = builder.build_model(cfg)
+        ms.load_param_into_net(copy, {k: ms.Parameter(Tensor(v), name=k) for k, v in init.items()})
+        return copy
 
     def adamw(net):
         return nn.AdamWeightDecay(
@@ -97,7 +103,7 @@ def main(argv) -> None:
             self.optimizer(grads)
             return loss
 
-    bare_cell = BareCell(net)
+    bare_cell = BareCell(model())
 
     # step and loop: ours
     kwargs = dict(
@@ -110,12 +116,12 @@ def main(argv) -> None:
         loss_scaling=cfg.hardware.device != "cpu",
         z_loss=t.z_loss,
     )
-    ours = TrainStep(net, **kwargs)
+    ours = TrainStep(model(), **kwargs)
     micro = split_micro(batch, int(t.grad_accum))
     metrics = MetricsWriter(scratch)
     seq = int(cfg.model.seq_length)
     trainer = Trainer(
-        TrainStep(net, **kwargs),
+        TrainStep(model(), **kwargs),
         metrics=metrics,
         grad_accum=int(t.grad_accum),
         arch=architecture(cfg),

@@ -36,10 +36,17 @@ def setup() -> None:
 def composer() -> Iterator[Callable[..., DictConfig]]:
     """Hydra initialised once; the yielded function composes many configs cheaply."""
     from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     setup()
+
+    def run(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
+        return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+    if GlobalHydra.instance().is_initialized():   # nested: an outer composer already set it up
+        yield run
+        return
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        yield lambda overrides=(), config_name="config": hydra_compose(
-            config_name=config_name, overrides=list(overrides))
+        yield run
 
 
 def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:

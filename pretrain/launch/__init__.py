@@ -4,8 +4,10 @@ One device: train in this process. Several on this host: msrun, one `pretrain.wo
 device. Several nodes: per-node scripts in RUN_DIR/launch/ (and a Slurm submit script), since
 each node must start its own msrun. dry_run / launcher=print only say what would run.
 """
+import json
 import shlex
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -16,19 +18,18 @@ from pretrain.config.validate import num_devices
 
 
 def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, Any]:
+    """Run (or with dry / launcher=print, describe) the frozen run. Returns what a sweep row records
+    of it: {"measured_tokens_per_s": ...} once it trained, else {}."""
     from pretrain.launch import msrun
     hw = cfg.hardware
     dry = dry or cfg.launcher == "print"
     if hw.num_nodes > 1:
+        from pretrain.launch.scripts import describe_nodes, write_node_scripts
         if dry:
-            print(f"would write {hw.num_nodes} node scripts to {run_dir}/launch/; node 0 runs: "
-                  f"{shlex.join(msrun.command(cfg, run_dir.resolve()))}")
+            print(describe_nodes(cfg, run_dir, written=False))
             return {}
-        from pretrain.launch.scripts import write_node_scripts
-        scripts = write_node_scripts(cfg, run_dir)
-        print(f"{num_devices(hw)} ranks on {hw.num_nodes} nodes: start {scripts[0]} on the master node "
-              f"({hw.master_addr}), then node_<r>.sh on node r (same path on shared storage), "
-              f"or submit them all with: bash {scripts[-1]}")
+        write_node_scripts(cfg, run_dir)
+        print(describe_nodes(cfg, run_dir, written=True))
         return {}
     in_process = num_devices(hw) == 1 and cfg.launcher != "msrun"
     if dry:
@@ -41,8 +42,24 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
             f"plan it here with dry_run=true and launch on the cluster")
     from pretrain.data.manifest import summary_table
     from pretrain.data.prepare import prepare
+    from pretrain.model.builder import check_trainable, prepare_environment
+    check_trainable(cfg)   # what every rank would refuse, refused before the data and msrun start
+    prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
     print(summary_table(prepare(cfg.data)), flush=True)   # once, before any rank starts: ranks only read the cache
     if in_process:
         from pretrain.train.runner import run
-        return run(cfg)
-    return msrun.run_local(cfg, run_dir)
+        return measured(run(cfg))
+    started = time.time()
+    msrun.run_local(cfg, run_dir)
+    summary = run_dir / "summary.json"   # rank 0 writes it when it finishes
+    if not summary.is_file() or summary.stat().st_mtime < started:
+        return {}
+    return measured(json.loads(summary.read_text()))
+
+
+def measured(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """Tokens per second over the steps this launch trained (all ranks together), from the run summary."""
+    trained = [(r["tokens_per_s"] * r["wall_s"], r["wall_s"]) for r in summary.get("phases", [])
+               if r.get("tokens_per_s")]
+    wall = sum(w for _, w in trained)
+    return {"measured_tokens_per_s": sum(t for t, _ in trained) / wall} if wall > 0 else {}

@@ -38,16 +38,20 @@ def quiet_mindformers_stdout() -> None:
 
 def init_runtime(cfg: DictConfig) -> None:
     """MindFormers' context for this process (device, GRAPH mode, the Mcore code paths of
-    use_legacy=False) and, on CPU, the replacements. Data parallel contexts are msrun's (issue #6)."""
+    use_legacy=False) and, on CPU, the replacements. For a layout of several devices (one rank of
+    an msrun launch) it is MindFormers' parallel context from the exported blocks: it init()s the
+    communication and sets MindSpore's auto-parallel context (DATA_PARALLEL, device_num = world)."""
     from mindformers.core.context.build_context import build_context
 
+    blocks = mindformers_config.parallel_blocks(cfg)
+    parallel = blocks["use_parallel"]
     build_context(
         {
             "use_legacy": False,
-            "use_parallel": False,
+            "use_parallel": parallel,
             "context": mindformers_config.context_block(cfg),
-            "parallel": {},
-            "parallel_config": {},
+            "parallel": blocks["parallel"] if parallel else {},
+            "parallel_config": blocks["parallel_config"] if parallel else {},
         }
     )
     quiet_mindformers_stdout()
@@ -80,6 +84,12 @@ def check_trainable(cfg: DictConfig) -> None:
             "computed from the model's logits, a path without MindFormers' MoE balance loss; "
             "set train.z_loss=0"
         )
+    if cfg.hardware.device == "cpu" and int(cfg.parallel.zero_stage) > 0 and int(cfg.parallel.dp) > 1:
+        raise PretrainConfigError(
+            f"parallel.zero_stage={cfg.parallel.zero_stage} on hardware.device=cpu: data parallel on CPU "
+            "all-reduces full gradients into a full optimizer on every rank; ZeRO sharding is MindSpore's "
+            "optimizer parallel on Ascend; set parallel.zero_stage=0 here (plan it with dry_run=true)"
+        )
     if cfg.hardware.device == "cpu" and cfg.hardware.precision != "fp32":
         raise PretrainConfigError(
             f"hardware.precision={cfg.hardware.precision} on hardware.device=cpu: the "
@@ -93,12 +103,29 @@ def build_model(cfg: DictConfig, pad_token_id: int = 0) -> Any:
     check_trainable(cfg)
     init_runtime(cfg)
     block = mindformers_config.model_config(cfg, pad_token_id=pad_token_id)
-    net = build_from_block(block)
+    net = build_from_block(block, parallel_default_args(cfg))
     net.set_train(True)
     return net
 
 
-def build_from_block(block: Dict[str, Any]) -> Any:
+def parallel_default_args(cfg: DictConfig) -> Optional[Dict[str, Any]]:
+    """What MindFormers' trainer hands build_network for a parallel layout: the parallel_config
+    (with its recompute_config) as the TransformerOpParallelConfig that build_parallel_config makes
+    of the exported blocks. None for one device: the model's defaults are that layout."""
+    blocks = mindformers_config.parallel_blocks(cfg)
+    if not blocks["use_parallel"]:
+        return None
+    from mindformers.core.parallel_config import build_parallel_config
+    from mindformers.tools.register import MindFormerConfig
+
+    config = MindFormerConfig(
+        use_legacy=False, parallel_config=blocks["parallel_config"], recompute_config=blocks["recompute_config"]
+    )
+    build_parallel_config(config)
+    return {"parallel_config": config.parallel_config}
+
+
+def build_from_block(block: Dict[str, Any], default_args: Optional[Dict[str, Any]] = None) -> Any:
     from mindformers.models.build_model import build_network
     from mindformers.tools.register import MindFormerConfig
 
@@ -106,4 +133,4 @@ def build_from_block(block: Dict[str, Any]) -> Any:
     log_dir = Path(os.environ.get("LOCAL_DEFAULT_PATH", "./output"))
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / "build_network.log", "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
-        return build_network(MindFormerConfig(model={"model_config": dict(block)}).model)
+        return build_network(MindFormerConfig(model={"model_config": dict(block)}).model, default_args=default_args)

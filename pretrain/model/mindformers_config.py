@@ -28,6 +28,7 @@ _CLASSES = {
     ("qwen3", False): ("qwen3", "Qwen3ForCausalLM"),
     ("qwen3", True): ("qwen3_moe", "Qwen3MoeForCausalLM"),
 }
+INPUT_COLUMNS = ("input_ids", "labels", "loss_mask", "position_ids")  # train_dataset's columns
 _LR_SCHEDULES = {
     "cosine": "CosineWithWarmUpLR",
     "linear": "LinearWithWarmUpLR",
@@ -138,6 +139,7 @@ def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
             block["moe_shared_expert_intermediate_size"] = int(m.num_shared_experts) * int(
                 m.moe_ffn_hidden_size or m.ffn_hidden_size
             )
+    block.update(model_parallel_keys(cfg))
     return block
 
 
@@ -154,30 +156,93 @@ def context_block(cfg: DictConfig) -> Dict[str, Any]:
     }
 
 
-def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
+def is_semi_auto(cfg: DictConfig) -> bool:
+    """Data parallel alone runs in MindSpore's DATA_PARALLEL mode (every rank a full replica, our
+    step all-reduces the gradients); any split of the model itself needs SEMI_AUTO_PARALLEL."""
     p = cfg.parallel
-    dp, tp, pp, cp, ep = (int(p.dp), int(p.tp), int(p.pp), int(p.cp), int(p.ep))
-    world = dp * tp * pp * cp
-    pure_dp = tp == pp == cp == ep == 1
-    parallel = {
-        # data parallel alone runs in DATA_PARALLEL mode; any model split needs semi-auto parallel
-        "parallel_mode": 0 if pure_dp else 1,
-        "gradients_mean": pure_dp,
-        "full_batch": False,
-        "enable_alltoall": ep > 1,
-        "enable_parallel_optimizer": int(p.zero_stage) >= 1 and dp > 1,
-        "search_mode": "sharding_propagation",
-        "strategy_ckpt_config": {"save_file": "./ckpt_strategy.ckpt", "only_trainable_params": False},
+    return not int(p.tp) == int(p.pp) == int(p.cp) == int(p.ep) == 1
+
+
+def pipeline_offset(cfg: DictConfig) -> Any:
+    """MindFormers' `offset`: layers of each pipeline stage beyond num_layers // (pp · vpp); a list
+    over pp, or a [vpp][pp] list of lists with the interleaved schedule (virtual stage v of rank r
+    is parallel.pipeline_layers[v · pp + r], the planner's order)."""
+    p, layers = cfg.parallel, int(cfg.model.num_layers)
+    pp, vpp = int(p.pp), int(p.vpp)
+    if p.pipeline_layers is None:
+        return 0 if vpp == 1 else [[0] * pp for _ in range(vpp)]
+    base = layers // (pp * vpp)
+    rows = [[int(p.pipeline_layers[v * pp + r]) - base for r in range(pp)] for v in range(vpp)]
+    return rows[0] if vpp == 1 else rows
+
+
+def model_parallel_keys(cfg: DictConfig) -> Dict[str, Any]:
+    """The parallel settings MindFormers reads from model.model_config rather than parallel_config:
+    the per-stage layer split (offset), virtual pipeline chunks (pp_interleave_num), and lazy
+    inline, which MindFormers' trainer switches off unless semi-auto parallel runs a pipeline or
+    gradient accumulation (and which the Mcore model needs off under data parallel on CPU)."""
+    p = cfg.parallel
+    keys: Dict[str, Any] = {
+        "disable_lazy_inline": not is_semi_auto(cfg) or (int(p.pp) == 1 and int(cfg.train.grad_accum) == 1)
     }
+    if int(p.pp) > 1:
+        keys["offset"] = pipeline_offset(cfg)
+    if int(p.vpp) > 1:
+        keys["pp_interleave_num"] = int(p.vpp)
+    return keys
+
+
+def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
+    """`use_parallel`, `parallel` (MindSpore's auto-parallel context, set as is by MindFormers'
+    ParallelOperator), `parallel_config` (TransformerOpParallelConfig), `recompute_config` and
+    `micro_batch_interleave_num`, the way MindFormers' own pretraining yamls spell them."""
+    p = cfg.parallel
+    dp, tp, pp, cp, ep, vpp = (int(p.dp), int(p.tp), int(p.pp), int(p.cp), int(p.ep), int(p.vpp))
+    zero = int(p.zero_stage)
+    semi = is_semi_auto(cfg)
+    parallel: Dict[str, Any] = {
+        "parallel_mode": 1 if semi else 0,
+        # DATA_PARALLEL: the gradient all-reduce averages over dp; semi-auto: the loss is already
+        # the mean over the global batch, so its gradients are summed.
+        "gradients_mean": not semi,
+        "full_batch": False,  # every data-parallel group reads its own share of the batch
+        "enable_alltoall": ep > 1,  # MoE token dispatch
+        # ZeRO: MindSpore's optimizer parallel shards over each parameter's data-parallel group;
+        # its level N shards what ZeRO stage N does (1: optimizer states, 2: + gradients, 3: + weights).
+        "enable_parallel_optimizer": zero >= 1 and dp * cp > 1,
+    }
+    if parallel["enable_parallel_optimizer"]:
+        parallel["parallel_optimizer_config"] = {
+            "optimizer_level": f"level{zero}",
+            "parallel_optimizer_threshold": 64,  # KB: tiny tensors (norm gains) stay whole
+            "optimizer_weight_shard_size": -1,  # the whole data-parallel group
+        }
+    if semi:
+        parallel["search_mode"] = "sharding_propagation"
+        parallel["strategy_ckpt_config"] = {"save_file": "./ckpt_strategy.ckpt", "only_trainable_params": False}
+        # one [dp, 1] per train_dataset input column: batch split over dp, sequences whole
+        parallel["dataset_strategy"] = [[dp, 1]] * len(INPUT_COLUMNS)
+    if vpp > 1 or p.pipeline_schedule == "zero_bubble":
+        if p.pipeline_schedule == "zero_bubble" and vpp != 2:
+            raise PretrainConfigError(
+                f"parallel.pipeline_schedule=zero_bubble with parallel.vpp={vpp}: MindSpore's zero-bubble "
+                f"schedule is ZB-V, two virtual stages per rank; set parallel.vpp=2 or pipeline_schedule=1f1b"
+            )
+        parallel["pipeline_config"] = {
+            "pipeline_interleave": True,
+            "pipeline_scheduler": "zero_bubble_v" if p.pipeline_schedule == "zero_bubble" else "1f1b",
+        }
     parallel_config = {
         "data_parallel": dp,
         "model_parallel": tp,
         "pipeline_stage": pp,
         "context_parallel": cp,
         "expert_parallel": ep,
+        # MindFormers: global batch = batch_size · dp · micro_batch_num with a pipeline, else
+        # batch_size · dp · gradient_accumulation_steps; both are our train.grad_accum.
         "micro_batch_num": int(cfg.train.grad_accum) if pp > 1 else 1,
         "use_seq_parallel": bool(p.sequence_parallel),
-        "vocab_emb_dp": False,
+        "vocab_emb_dp": False,  # the embedding and head are split over tp (the planner's Φ)
         "gradient_aggregation_group": 4,
     }
     recompute = {
@@ -187,10 +252,11 @@ def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
         "mp_comm_recompute": True,
     }
     return {
-        "use_parallel": world > 1,
+        "use_parallel": dp * tp * pp * cp > 1,
         "parallel": parallel,
         "parallel_config": parallel_config,
         "recompute_config": recompute,
+        "micro_batch_interleave_num": 1,
     }
 
 
@@ -261,8 +327,8 @@ def export(
         "lr_schedule": lr_schedule_block(first_phase, first_phase_steps, first_phase_peak),
         "train_dataset": {
             "data_loader": {"type": "MindDataset", "dataset_files": list(train_files or []), "shuffle": True},
-            "input_columns": ["input_ids", "labels", "loss_mask", "position_ids"],
-            "construct_args_key": ["input_ids", "labels", "loss_mask", "position_ids"],
+            "input_columns": list(INPUT_COLUMNS),
+            "construct_args_key": list(INPUT_COLUMNS),
             "drop_remainder": True,
             "num_parallel_workers": 2,
             "seed": int(t.seed),

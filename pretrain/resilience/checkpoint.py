@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.io import fsync_dir, write_atomic
+from pretrain.resilience import faults
 from pretrain.resilience.events import EventLog
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,9 @@ class CheckpointManager:
         try:
             tmp.mkdir()
             write_weights(tmp / WEIGHTS)
+            injected = faults.active()
+            if injected is not None:
+                injected.during_save(step)
             write_atomic(tmp / STATE, state_bytes)
             _fsync_file(tmp / WEIGHTS)
             manifest = {"version": MANIFEST_VERSION, "step": step, "tag": tag, "created": created,
@@ -238,9 +242,12 @@ class CheckpointManager:
         found = []
         for entry in self.directory.iterdir():
             match = _NAME.match(entry.name)
-            if match and entry.is_dir():
-                found.append(CheckpointInfo(step=int(match.group(1)), path=entry, tag=match.group(2),
-                                            created=_created(entry)))
+            try:
+                if match and entry.is_dir():
+                    found.append(CheckpointInfo(step=int(match.group(1)), path=entry, tag=match.group(2),
+                                                created=_created(entry)))
+            except FileNotFoundError:   # pruned by the saving rank while another rank scans
+                continue
         return sorted(found, key=lambda info: (info.step, info.created), reverse=True)
 
     def latest(self, tag: Optional[str] = None,
@@ -278,9 +285,11 @@ class CheckpointManager:
                                    f"start a new run_dir")
         saved = ms.load_checkpoint(str(path / WEIGHTS), format="safetensors")
         _check_same_architecture(cell, saved, path)
-        not_loaded, _ = ms.load_param_into_net(cell, saved, strict_load=True)
-        if not_loaded:
-            raise PretrainRunError(f"checkpoint {path}: parameters {not_loaded[:3]} were not loaded")
+        for _, param in cell.parameters_and_names():
+            # In place: a graph compiled before the load (a loss-spike rollback) keeps reading the
+            # parameter's own memory; set_data (what load_param_into_net does) swaps in a new buffer
+            # the compiled graph never sees, so the run would go on from the unloaded values.
+            param.copy_(saved[param.name])
         return json.loads((path / STATE).read_text(encoding="utf-8"))
 
     # ---------------------------------------------------------------- helpers
@@ -300,6 +309,11 @@ class CheckpointManager:
             self.events.log(kind, **fields)
         except OSError as e:   # a full disk must not turn into a second, less clear error
             log.warning("could not write %s event to %s: %s", kind, self.events.path, e)
+
+
+def read_state(info: CheckpointInfo) -> Dict[str, Any]:
+    """The JSON state a checkpoint was saved with (no weights read, not verified)."""
+    return json.loads((Path(info.path) / STATE).read_text(encoding="utf-8"))
 
 
 def verify(path: Union[str, os.PathLike]) -> Optional[str]:

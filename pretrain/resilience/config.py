@@ -42,9 +42,12 @@ def nonfinite_guard(res: Any) -> NonFiniteGuard:
     return NonFiniteGuard(max_consecutive=res.max_nonfinite_in_row)
 
 
-def watchdog(res: Any, run_dir: Union[str, os.PathLike], events: Optional[EventLog] = None) -> Watchdog:
+def watchdog(res: Any, run_dir: Union[str, os.PathLike], events: Optional[EventLog] = None,
+             rank: int = 0) -> Watchdog:
+    """Rank 0 writes its stacks to HANG_STACKS_FILE, rank r > 0 to hang_stacks.rank<r>.txt."""
+    name = HANG_STACKS_FILE if rank == 0 else HANG_STACKS_FILE.replace(".txt", f".rank{rank}.txt")
     return Watchdog(res.watchdog_timeout_s, first_timeout_s=res.first_step_timeout_s,
-                    stacks_path=Path(run_dir) / HANG_STACKS_FILE, events=events)
+                    stacks_path=Path(run_dir) / name, events=events)
 
 
 def problems(res: Any) -> Iterator[str]:

@@ -1,8 +1,16 @@
 """This process's place in the job, from the variables msrun sets (RANK_ID, RANK_SIZE); a plain
-`python -m pretrain` is rank 0 of 1. The one place the trainer and the data loader ask."""
+`python -m pretrain` is rank 0 of 1. The one place the trainer and the data loader ask.
 
+Also what keeps data-parallel ranks in step outside the compiled graph (a stop request every rank
+acts on at the same step) and the evidence each rank leaves of what it trained (a digest of its
+final weights, digests of the rows it was fed), which the launcher writes to its exit status.
+"""
+
+import hashlib
 import os
-from typing import Any, Tuple
+from typing import Any, Dict, List, Tuple
+
+MAX_ROW_DIGESTS = 4096  # rows listed one by one in the evidence; the running digest covers all
 
 
 def rank_info() -> Tuple[int, int]:
@@ -10,14 +18,106 @@ def rank_info() -> Tuple[int, int]:
 
 
 def data_parallel_rank(cfg: Any) -> Tuple[int, int]:
-    """(dp_rank, dp_size). Data parallel is the outermost dimension of the device layout, so the
-    world // dp ranks of one model replica (its tp·pp·cp ranks) are consecutive and read the same data."""
+    """(dp_rank, dp_size) in MindSpore's device order, which MindFormers' dataset sharding also
+    uses: pipeline stages outermost (world // pp consecutive ranks per stage), then data parallel,
+    then the tp·cp ranks of one replica's stage, which read the same data."""
     rank, world = rank_info()
-    dp = int(cfg.parallel.dp)
-    per_replica = max(1, world // dp)
-    return min(rank // per_replica, dp - 1), dp
+    dp, pp = int(cfg.parallel.dp), int(cfg.parallel.pp)
+    stage = max(1, world // pp)
+    per_replica = max(1, stage // dp)
+    return min((rank % stage) // per_replica, dp - 1), dp
 
 
 def is_logging_rank() -> bool:
     """Rank 0 writes the run's metrics, plots, exports and checkpoints."""
     return rank_info()[0] == 0
+
+
+def all_sum(value: float, degree: int) -> float:
+    """`value` summed over the data-parallel ranks (host side, outside the compiled graph); every
+    rank must call it at the same point. With one rank: `value`."""
+    if degree <= 1:
+        return float(value)
+    import mindspore as ms
+    import numpy as np
+    from mindspore import ops
+
+    return float(ops.AllReduce()(ms.Tensor(np.array([float(value)], np.float32))).asnumpy()[0])
+
+
+class AgreedStop:
+    """A GracefulStop that every data-parallel rank reads the same way. A signal can reach one rank
+    after it has passed a step boundary that another has not: stopping on the local flag would let
+    one rank exit while the other waits forever in its next gradient all-reduce. Each read sums
+    the ranks' flags (CPU's AllReduce only sums) so all of them stop after the same step."""
+
+    def __init__(self, stop: Any, degree: int):
+        self._stop = stop
+        self.degree = int(degree)
+
+    @property
+    def requested(self) -> bool:
+        local = bool(self._stop.requested)
+        if self.degree <= 1:
+            return local
+        import mindspore as ms
+        import numpy as np
+        from mindspore import ops
+
+        total = ops.AllReduce()(ms.Tensor(np.array([float(local)], np.float32)))
+        return float(total.asnumpy()[0]) > 0
+
+    @property
+    def signal_name(self) -> str:
+        # a rank stopping for a peer's signal names it as the scheduler's usual one
+        return self._stop.signal_name or "SIGTERM"
+
+
+class RowLog:
+    """Digests of the training rows this rank was fed, in order: `watch(loader)` returns a loader
+    that records each batch it serves. Constant memory: a running sha256 over every row plus the
+    first MAX_ROW_DIGESTS row digests."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.first: List[str] = []
+        self._all = hashlib.sha256()
+
+    def watch(self, loader: Any) -> "_Watched":
+        return _Watched(loader, self)
+
+    def record(self, input_ids: Any) -> None:
+        for row in input_ids:
+            digest = hashlib.sha256(row.tobytes()).hexdigest()[:16]
+            self._all.update(digest.encode())
+            if len(self.first) < MAX_ROW_DIGESTS:
+                self.first.append(digest)
+            self.rows += 1
+
+    def evidence(self) -> Dict[str, Any]:
+        return {"rows": self.rows, "rows_sha256": self._all.hexdigest(), "row_digests": self.first}
+
+
+class _Watched:
+    def __init__(self, loader: Any, log: RowLog):
+        self._loader, self._log = loader, log
+
+    def batch(self, step: int) -> Dict[str, Any]:
+        out = self._loader.batch(step)
+        self._log.record(out["input_ids"])
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+def params_digest(net: Any) -> str:
+    """sha256 over the trainable parameters (names and fp32 bytes, in name order): data-parallel
+    replicas that stayed identical have the same digest."""
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for p in sorted(net.trainable_params(), key=lambda p: p.name):
+        digest.update(p.name.encode())
+        digest.update(np.ascontiguousarray(p.asnumpy(), dtype=np.float32).tobytes())
+    return digest.hexdigest()

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.config.errors import PretrainConfigError, PretrainDataError, PretrainRunError
+from pretrain.config.errors import PretrainConfigError, PretrainDataError
 from pretrain.config.validate import phases
 from pretrain.io import write_atomic
 from pretrain.model import builder, mindformers_config
@@ -147,6 +147,9 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         resume(trainer, checkpoints, start, events)
     schedules = curriculum(plist, steps, start=trainer.state.lr_start)
     plans = phase_plans(cfg, prepared, plist, schedules)
+    fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)
+    for plan in plans:
+        plan.loader = fed.watch(plan.loader)
     if logging_rank:
         export_mindformers_yaml(cfg, run_dir, plist[0], steps[0], schedules[0].peak, prepared, pad)
         events.log("start", step=trainer.state.global_step, phases=[p.name for p in plans], steps=steps)
@@ -154,12 +157,9 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         with GracefulStop() as stop, resilience.watchdog(
             cfg.resilience, run_dir, events, rank=ranks.rank_info()[0]
         ) as dog:
-            trainer.stop, trainer.watchdog = stop, dog
+            # data-parallel ranks agree on a stop, so all of them stop after the same step
+            trainer.stop, trainer.watchdog = ranks.AgreedStop(stop, trainer.step.data_parallel), dog
             results = trainer.run(plans)
-    except PretrainRunError as e:
-        if logging_rank:
-            events.log("error", step=trainer.state.global_step, reason=str(e))
-        raise
     finally:
         metrics.close()
         checkpoints.close()
@@ -181,10 +181,26 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         print(format_summary(summary), flush=True)
         if trainer.stopped:
             print(resume_hint(trainer, checkpoints), flush=True)
+        elif not results:
+            print(f"nothing to train: every phase of this run is already done ({checkpoints.directory}); "
+                  f"use another run_dir to train again", flush=True)
+    summary["rank_evidence"] = rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
     return summary
 
 
-def resume(trainer: Trainer, checkpoints: CheckpointManager, start: Start, events: Optional[EventLog]) -> None:
+def rank_evidence(trainer: Trainer, fed: ranks.RowLog, results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The rows this rank trained on, the last loss it saw (the mean over the data-parallel ranks)
+    and, for data-parallel replicas (which must end identical), a digest of its final weights."""
+    out = {"data_parallel": trainer.step.data_parallel, **fed.evidence(),
+           "loss_last": results[-1]["loss_last"] if results else None}
+    if trainer.step.data_parallel > 1:
+        out["params_sha256"] = ranks.params_digest(trainer.step.net)
+    return out
+
+
+def resume(
+    trainer: Trainer, checkpoints: CheckpointManager, start: Start, events: Optional[EventLog]
+) -> None:
     """Load the start checkpoint on this rank; log and print where the run continues from."""
     loading = time.perf_counter()
     state = trainer.restore(checkpoints, start.info)

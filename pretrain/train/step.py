@@ -6,6 +6,12 @@ loss scaling), measures the global norm, clips, and applies AdamW — skipping t
 gradient is non-finite, so such values never reach the weights. The learning rate is an input
 tensor assigned to the optimizer's `learning_rate` parameter inside the graph, so the graph
 compiles once for the whole run however the schedule moves.
+
+Data parallel (MindSpore's DATA_PARALLEL context, one msrun rank per replica): the update cell
+all-reduces the (accumulated) gradients to their mean over the ranks before unscaling, the norm,
+the clip and AdamW, so every replica applies the same update and the weights stay identical; the
+losses it returns (and the evaluation loss) are the mean over the ranks, so rank 0 logs the loss
+of the global batch. One process: no collective is built.
 """
 
 from typing import Any, Dict, Optional, Tuple
@@ -16,6 +22,28 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.amp import DynamicLossScaler
 
 _hyper_map = ops.HyperMap()
+
+
+def data_parallel_degree() -> int:
+    """Ranks whose gradients this step must average itself: the group size under DATA_PARALLEL
+    (semi-auto parallel inserts its own gradient reduction), else 1."""
+    if ms.get_auto_parallel_context("parallel_mode") != "data_parallel":
+        return 1
+    from mindspore.communication import get_group_size
+
+    return int(get_group_size())
+
+
+class RankMean(nn.Cell):
+    """Mean of a tensor over the data-parallel ranks (CPU's AllReduce only sums)."""
+
+    def __init__(self, degree: int):
+        super().__init__(auto_prefix=False)
+        self.degree = float(degree)
+        self.all_reduce = ops.AllReduce()
+
+    def construct(self, x):
+        return self.all_reduce(x) / self.degree
 
 
 class LossCell(nn.Cell):
@@ -52,12 +80,16 @@ class LossCell(nn.Cell):
 class EvalCell(nn.Cell):
     """LM cross entropy of one batch, forward only (validation)."""
 
-    def __init__(self, loss_cell: LossCell):
+    def __init__(self, loss_cell: LossCell, rank_mean: Optional[RankMean] = None):
         super().__init__(auto_prefix=False)
         self.loss_cell = loss_cell
+        self.rank_mean = rank_mean
 
     def construct(self, input_ids, labels, loss_mask):
-        return self.loss_cell(input_ids, labels, loss_mask)[1]
+        lm = self.loss_cell(input_ids, labels, loss_mask)[1]
+        if self.rank_mean is not None:
+            lm = self.rank_mean(lm)
+        return lm
 
 
 class TrainStepCell(nn.Cell):
@@ -70,6 +102,7 @@ class TrainStepCell(nn.Cell):
         grad_clip: float,
         scaler: Optional[DynamicLossScaler],
         last: bool,
+        data_parallel: int = 1,
     ):
         super().__init__(auto_prefix=False)
         self.loss_cell = loss_cell
@@ -81,6 +114,14 @@ class TrainStepCell(nn.Cell):
         self.last = last  # True: the update step; False: an accumulate-only step
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.accum: Optional[Tuple[Parameter, ...]] = None
+        self.rank_mean = RankMean(data_parallel) if data_parallel > 1 else None
+        # The mean over the ranks of the gradients of the whole (accumulated) step: one all-reduce
+        # per step, on the update cell only.
+        self.reducer = (
+            nn.DistributedGradReducer(self.weights, mean=True, degree=data_parallel)
+            if data_parallel > 1 and last
+            else None
+        )
 
     def _grads(self, input_ids, labels, loss_mask):
         objective, lm = self.loss_cell(input_ids, labels, loss_mask)
@@ -91,11 +132,16 @@ class TrainStepCell(nn.Cell):
 
     def construct(self, input_ids, labels, loss_mask, lr):
         lm, grads = self._grads(input_ids, labels, loss_mask)
+        if self.rank_mean is not None:
+            lm = self.rank_mean(lm)
         if not self.last:
             return ops.depend(lm, _hyper_map(ops.assign_add, self.accum, grads))
         if self.grad_accum > 1:
             grads = _hyper_map(ops.partial(_average, float(self.grad_accum)), self.accum, grads)
             lm = ops.depend(lm, _hyper_map(_zero, self.accum))
+        if self.reducer is not None:
+            # Before the finite check: a NaN on any rank makes every rank skip the same update.
+            grads = self.reducer(grads)
         if self.scaler is not None:
             grads = self.scaler.unscale(grads)
             loss_scale = self.scaler.scale_value * 1.0
@@ -152,6 +198,7 @@ class TrainStep:
             else None
         )
         self.grad_accum = int(grad_accum)
+        self.data_parallel = data_parallel_degree()
         self.update_cell = TrainStepCell(
             self.loss_cell,
             self.optimizer,
@@ -159,6 +206,7 @@ class TrainStep:
             grad_clip=grad_clip,
             scaler=self.scaler,
             last=True,
+            data_parallel=self.data_parallel,
         )
         self.accumulate_cell = None
         if self.grad_accum > 1:
@@ -174,9 +222,10 @@ class TrainStep:
                 grad_clip=grad_clip,
                 scaler=self.scaler,
                 last=False,
+                data_parallel=self.data_parallel,
             )
             self.accumulate_cell.accum = accum
-        self.eval_cell = EvalCell(self.loss_cell)
+        self.eval_cell = EvalCell(self.loss_cell, RankMean(self.data_parallel) if self.data_parallel > 1 else None)
 
     def step(self, micro_batches, lr: float) -> Dict[str, Any]:
         """One optimizer step over `micro_batches` (a list of dicts of numpy arrays, len grad_accum)."""
@@ -210,8 +259,10 @@ class TrainStep:
 
     def load_scaler_state(self, state: Dict[str, float]) -> None:
         if self.scaler is not None and state:
-            self.scaler.scale_value.set_data(Tensor(float(state["scale_value"]), ms.float32))
-            self.scaler.counter.set_data(Tensor(int(state["counter"]), ms.int32))
+            # copy_ writes in place: after a loss-spike rollback the graph is compiled, and it never
+            # sees a buffer that set_data swaps in
+            self.scaler.scale_value.copy_(Tensor(float(state["scale_value"]), ms.float32))
+            self.scaler.counter.copy_(Tensor(int(state["counter"]), ms.int32))
 
 
 def _average(n, acc, grad):

@@ -20,6 +20,7 @@ from pretrain.config.errors import PretrainRunError
 from pretrain.resilience import faults
 from pretrain.resilience.checkpoint import read_state
 from pretrain.resilience.skips import add_window, data_index
+from pretrain.train import ranks
 from pretrain.train.metrics import MetricsWriter, host_memory_gb, mean_of
 from pretrain.train.schedule import PhaseLR
 
@@ -32,7 +33,7 @@ class TrainState:
     lr: float = 0.0  # LR of the last step (a continuing phase starts from it)
     loss_scale: Dict[str, float] = field(default_factory=dict)
     phases_done: List[str] = field(default_factory=list)
-    lr_start: float = 0.0  # the LR the run's first phase starts from (a phase run alone: the previous phase's last)
+    lr_start: float = 0.0  # LR the run's first phase starts from (phase run alone: the previous phase's last)
     # per phase: data-index windows [lo, hi] skipped after loss spikes (pretrain/resilience/skips.py)
     data_skips: Dict[str, List[List[int]]] = field(default_factory=dict)
 
@@ -244,6 +245,11 @@ class Trainer:
         if self.events is not None:
             self.events.log(kind, **fields)
 
+    def _fatal(self, error: PretrainRunError) -> PretrainRunError:
+        """Log a guard's give-up in the events log before it ends the run."""
+        self._event("error", step=self.state.global_step, reason=str(error))
+        return error
+
     def _beat(self) -> None:
         if self.watchdog is not None:
             self.watchdog.beat(self.state.global_step)
@@ -251,9 +257,9 @@ class Trainer:
     def _slow_ahead(self) -> None:
         """The next thing is slow (a save, a load, an evaluation that may compile): allow it the
         first-step timeout instead of the per-step one."""
-        if self.watchdog is not None:
-            dog = self.watchdog
-            self.watchdog.beat(self.state.global_step, next_timeout_s=max(dog.timeout_s, dog.first_timeout_s))
+        dog = self.watchdog
+        if dog is not None:
+            dog.beat(self.state.global_step, next_timeout_s=max(dog.timeout_s, dog.first_timeout_s))
 
     def _count_nonfinite(self, record: Dict[str, Any]) -> None:
         """The graph already skipped the update of a non-finite step (and the loss scale backed
@@ -271,7 +277,10 @@ class Trainer:
                 loss_scale=record["loss_scale"],
                 in_a_row=self.nonfinite.consecutive + 1,
             )
-        self.nonfinite.observe(record["step"], record["finite"])
+        try:
+            self.nonfinite.observe(record["step"], record["finite"])
+        except PretrainRunError as e:
+            raise self._fatal(e) from None
 
     def _stop_requested(self) -> bool:
         """On SIGTERM/SIGINT: make sure a checkpoint of this step exists, log, set self.stopped."""
@@ -289,8 +298,12 @@ class Trainer:
         (its weights never saw the spike's data), skip the spike's data window, continue."""
         s = self.state
         first, confirmed = self.spike.last_spike
-        self._event("spike", step=s.global_step, first_step=first, loss=loss, threshold=self.spike.threshold())
-        self.spike.record_rollback(s.global_step)  # raises past resilience.max_rollbacks
+        threshold = self.spike.threshold()
+        self._event("spike", step=s.global_step, first_step=first, loss=loss, threshold=threshold)
+        try:
+            self.spike.record_rollback(s.global_step)  # raises past resilience.max_rollbacks
+        except PretrainRunError as e:
+            raise self._fatal(e) from None
         # The loss of step `first` is the first high one, so the update of step first-1 may be what
         # broke the model: its data is skipped and the checkpoint must predate it.
         phase_base = s.global_step - s.phase_step  # the global step before this phase's first
@@ -299,20 +312,20 @@ class Trainer:
         hi = data_index(s.phase_step - 1, windows)
         skips = {**s.data_skips, plan.name: add_window(windows, lo, hi)}
         self._slow_ahead()
-        info = self.checkpoints.latest(before_step=first - 1) if self.checkpoints is not None else None
+        info = self._rollback_target(before_step=first - 1)
         if info is None:
-            raise PretrainRunError(
-                f"loss spike at steps {first}..{confirmed} (loss {loss:.4g} > {self.spike.threshold():.4g}) "
+            raise self._fatal(PretrainRunError(
+                f"loss spike at steps {first}..{confirmed} (loss {loss:.4g} > {threshold:.4g}) "
                 f"and no checkpoint from before step {first - 1} to roll back to: lower the LR or save "
                 f"earlier (train.save_every_steps)"
-            )
+            ))
         saved = read_state(info)
         if saved.get("phase") != plan.name and saved.get("phase") not in saved.get("phases_done", []):
-            raise PretrainRunError(
+            raise self._fatal(PretrainRunError(
                 f"loss spike in phase {plan.name}: the newest checkpoint from before it, {info.path}, is "
                 f"in the middle of phase {saved.get('phase')}; a rollback stays within one phase: "
                 f"resume from it (restart the run) or lower the LR"
-            )
+            ))
         if self.saving:
             self.checkpoints.discard_from(info.step + 1, "rollback")  # a crash must not resume into the spike
         spiked_at = s.global_step
@@ -324,10 +337,37 @@ class Trainer:
         self.metrics.rewind(info.step)
         self.metrics.end_phase()
         self.metrics.start_phase(plan.name, plan.steps, done=self.state.phase_step)
-        self._event("rollback", step=spiked_at, to_step=info.step, path=str(info.path), spike=[first, confirmed])
-        self._event("skip", step=info.step, what="data", phase=plan.name, data=[lo, hi], steps=[first - 1, confirmed])
+        self._event("rollback", step=spiked_at, to_step=info.step, path=str(info.path),
+                    spike=[first, confirmed])
+        self._event("skip", step=info.step, what="data", phase=plan.name, data=[lo, hi],
+                    steps=[first - 1, confirmed])
         self.save()  # the same step again, now recording the skipped window: a crash resumes past it
         self._beat()
+
+    def _rollback_target(self, before_step: int) -> Any:
+        """The checkpoint every rank rolls back to: the newest that verifies from before
+        `before_step`. Under data parallelism the saving rank picks it once its async writer is done
+        and the others take the step it picked, so no rank can see a different newest checkpoint."""
+        if self.checkpoints is None:
+            return None
+        degree = int(getattr(self.step, "data_parallel", 1))
+        if degree <= 1:
+            return self.checkpoints.latest(before_step=before_step)
+        mine = None
+        if self.saving:
+            self.checkpoints.wait()
+            mine = self.checkpoints.latest(before_step=before_step)
+        picked = int(ranks.all_sum(mine.step + 1 if mine is not None else 0, degree)) - 1
+        if picked < 0:
+            return None
+        info = mine if self.saving else self.checkpoints.latest(before_step=picked + 1)
+        if info is None or info.step != picked:
+            raise self._fatal(PretrainRunError(
+                f"loss spike rollback: the saving rank rolls back to step {picked}, but this rank finds "
+                f"{info.path if info else 'no checkpoint'} in {self.checkpoints.directory}: every rank "
+                f"must see the same checkpoint directory (shared storage)"
+            ))
+        return info
 
     # ------------------------------------------------------------------ checkpoints
     def _save_due(self) -> bool:
@@ -380,7 +420,8 @@ class Trainer:
         saved = read_state(info)
         check_same_arch(saved.get("model", {}), self.arch, info.path)
         state = checkpoints.load(info, self.step.optimizer)
-        self.state = TrainState.from_dict(state)
+        # In place: the running loop holds this object across a rollback.
+        vars(self.state).update(vars(TrainState.from_dict(state)))
         self.step.load_scaler_state(self.state.loss_scale)
         if "rng" in state:
             ms.set_rng_state(ms.Tensor(state["rng"], ms.uint8))

@@ -1,0 +1,164 @@
+"""The parallel settings exported to mindformers.yaml, loaded and applied by MindFormers' and
+MindSpore's own code the way MindFormers' run script does (validators, ParallelOperator,
+set_auto_parallel_context, build_parallel_config, the Mcore config converter, LayerSetting,
+the dataset shard rule), and checked against the planner. Nothing here needs Ascend devices."""
+
+import pytest
+
+from pretrain.config.errors import PretrainConfigError
+from pretrain.config.validate import num_devices
+from pretrain.model import mindformers_config as mfc
+from pretrain.plan.formulas import bubble_fraction
+from pretrain.plan.planner import plan
+
+BIG = ["model=llama3_70b", "hardware=ascend910b_8x8"]
+
+
+@pytest.fixture(scope="module")
+def mindformers(tmp_path_factory):
+    """MindFormers imported from a scratch directory (it writes ./output on import), Mcore context."""
+    scratch = tmp_path_factory.mktemp("mindformers")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(scratch)
+        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
+        from mindformers.core.context.build_context import build_context
+
+        build_context({"use_legacy": False, "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"},
+                       "parallel": {}, "parallel_config": {}})
+        yield scratch
+
+
+@pytest.fixture
+def applied(mindformers, tmp_path):
+    """export -> mindformers.yaml -> what MindFormers makes of it, for a composed config."""
+    import mindspore as ms
+
+    def apply(cfg):
+        from mindformers.core.context.parallel import ParallelOperator
+        from mindformers.core.context.validators import execute_validator
+        from mindformers.core.parallel_config import build_parallel_config
+        from mindformers.models.build_config import get_model_config
+        from mindformers.modules.transformer.transformer import TransformerOpParallelConfig
+        from mindformers.parallel_core.training_graph.transformer.utils import LayerSetting
+        from mindformers.tools.register import MindFormerConfig
+
+        phase = cfg.phase.general if "general" in cfg.phase else cfg.phase
+        path = tmp_path / "mindformers.yaml"
+        path.write_text(mfc.to_yaml(mfc.export(cfg, first_phase=phase, first_phase_steps=100,
+                                               first_phase_peak=float(cfg.train.lr_peak))))
+        config = MindFormerConfig(str(path))
+        execute_validator(config)                       # what build_context runs first
+        operator = ParallelOperator(config)             # sets parallel.pipeline_stages from parallel_config
+        # ParallelOperator.init_communication() after init(): device_num = the group size
+        ParallelOperator._set_ms_auto_parallel_context(**operator.parallel_ctx, device_num=num_devices(cfg.hardware))
+        build_parallel_config(config)                   # dict -> TransformerOpParallelConfig (validated)
+        assert isinstance(config.parallel_config, TransformerOpParallelConfig)
+        config.model.model_config.parallel_config = config.parallel_config   # as MindFormers' trainer does
+        transformer = get_model_config(config.model).convert_to_transformer_config()
+        layers = LayerSetting(transformer.num_layers, transformer.offset, transformer,
+                              transformer.virtual_pipeline_model_parallel_size or 1)
+        return config, transformer, layers.layer_list
+
+    yield apply
+    ms.reset_auto_parallel_context()
+
+
+@pytest.mark.parametrize("layout, overrides", [
+    ("dp8tp4pp2", []),
+    ("dp1tp8pp8", []),
+    ("dp1tp8pp8", ["parallel.pipeline_layers=[9,10,10,10,10,10,10,11]", "parallel.zero_stage=0"]),
+    ("dp2tp4pp8vpp2", ["parallel.zero_stage=2"]),
+    ("dp8tp4pp2", ["parallel.zero_stage=3", "parallel.recompute=full", "parallel.sequence_parallel=false"]),
+])
+def test_70b_layouts_load_through_mindformers_and_agree_with_the_planner(layout, overrides, applied, compose_many):
+    import mindspore as ms
+
+    cfg = compose_many([*BIG, f"parallel={layout}", *overrides])
+    p = cfg.parallel
+    config, t, layer_list = applied(cfg)
+
+    # MindSpore's auto-parallel context, as set by MindFormers from the `parallel` block
+    get = ms.get_auto_parallel_context
+    assert get("parallel_mode") == "semi_auto_parallel" and get("device_num") == 64
+    assert get("pipeline_stages") == p.pp and get("full_batch") is False
+    assert [list(s) for s in get("dataset_strategy")] == [[p.dp, 1]] * 4
+    sharded = p.zero_stage >= 1 and p.dp > 1
+    assert get("enable_parallel_optimizer") is sharded
+    if sharded:
+        assert config.parallel.parallel_optimizer_config.optimizer_level == f"level{p.zero_stage}"
+        from mindspore.parallel._auto_parallel_context import auto_parallel_context
+        assert auto_parallel_context().get_grad_accumulation_shard() is (p.zero_stage == 2)   # ZeRO-2: grads too
+    assert get("pipeline_interleave") is (p.vpp > 1)
+
+    # parallel_config -> the Mcore TransformerConfig the model is built from
+    assert (t.data_parallel_size, t.tensor_model_parallel_size, t.pipeline_model_parallel_size) == (p.dp, p.tp, p.pp)
+    assert t.data_parallel_size * t.tensor_model_parallel_size * t.pipeline_model_parallel_size \
+        * t.context_parallel_size == num_devices(cfg.hardware)
+    assert (t.virtual_pipeline_model_parallel_size or 1) == p.vpp
+    assert t.sequence_parallel is p.sequence_parallel
+    assert t.recompute is (p.recompute == "full") and t.select_recompute is (p.recompute == "selective")
+    assert config.parallel_config.micro_batch_num == t.micro_batch_num
+
+    # ... and the planner agrees with MindFormers' numbers
+    planned = plan(cfg)
+    lay = planned.layout
+    assert (lay.dp, lay.tp, lay.pp, lay.vpp, lay.devices) == (p.dp, p.tp, p.pp, p.vpp, 64)
+    assert lay.micro_batches == t.micro_batch_num == cfg.train.grad_accum
+    # MindFormers' global batch with a pipeline: batch_size x dp x micro_batch_num
+    assert config.runner_config.batch_size * p.dp * t.micro_batch_num == cfg.train.global_batch_size
+    assert config.runner_config.gradient_accumulation_steps == 1
+    per_rank = layer_list.sum(axis=0)             # a pipeline rank runs its virtual stages' layers
+    assert per_rank.sum() == cfg.model.num_layers == t.num_layers
+    assert (planned.memory_first.layers, planned.memory_last.layers) == (per_rank[0], per_rank[-1])
+    if p.pipeline_layers is not None:
+        assert layer_list.reshape(-1).tolist() == list(p.pipeline_layers)
+    assert planned.bubble == pytest.approx(bubble_fraction(p.pp, t.micro_batch_num, p.vpp))
+
+
+@pytest.mark.parametrize("layout", ["dp8tp4pp2", "dp1tp8pp8", "dp2tp4pp8vpp2"])
+def test_each_rank_reads_the_data_shard_mindformers_assigns_it(layout, applied, compose_many, monkeypatch):
+    """ranks.data_parallel_rank (our loader's shard) == MindFormers' dataset shard rule for every rank."""
+    from mindformers.dataset import base_dataset
+
+    from pretrain.train import ranks
+
+    cfg = compose_many([*BIG, f"parallel={layout}"])
+    applied(cfg)
+    world = num_devices(cfg.hardware)
+    monkeypatch.setattr(base_dataset, "get_real_group_size", lambda: world)
+    monkeypatch.setenv("RANK_SIZE", str(world))
+    seen = []
+    for rank in range(world):
+        monkeypatch.setattr(base_dataset, "get_real_rank", lambda r=rank: r)
+        monkeypatch.setenv("RANK_ID", str(rank))
+        shard, shards = base_dataset.BaseDataset._generate_shard_info()
+        assert ranks.data_parallel_rank(cfg) == (shard, shards)
+        seen.append(shard)
+    assert sorted(set(seen)) == list(range(cfg.parallel.dp))
+    assert all(seen.count(s) == world // cfg.parallel.dp for s in set(seen))   # tp·pp·cp ranks per shard
+
+
+def test_dp2_on_cpu_is_mindspore_data_parallel_with_averaged_gradients(applied, compose_many):
+    import mindspore as ms
+
+    cfg = compose_many(["parallel=dp2", "hardware=cpu_2proc"])
+    blocks = mfc.parallel_blocks(cfg)
+    assert blocks["use_parallel"] is True
+    config, t, _ = applied(cfg)
+    assert ms.get_auto_parallel_context("parallel_mode") == "data_parallel"
+    assert ms.get_auto_parallel_context("gradients_mean") is True
+    assert ms.get_auto_parallel_context("device_num") == 2
+    assert t.data_parallel_size == 2 and t.tensor_model_parallel_size == 1
+    # the Mcore model under a data-parallel context needs lazy inline off on CPU
+    assert config.model.model_config.disable_lazy_inline is True and t.disable_lazy_inline is True
+    assert mfc.parallel_blocks(compose_many([]))["use_parallel"] is False
+
+
+def test_zero_bubble_is_mindsporess_zbv_with_two_virtual_stages(applied, compose_many):
+    import mindspore as ms
+
+    good = compose_many([*BIG, "parallel=dp2tp4pp8vpp2", "parallel.pipeline_schedule=zero_bubble"])
+    applied(good)   # TransformerConfig checks ZB-V's own rules (vpp 2, micro-batches >= 2·pp)
+    assert ms.get_auto_parallel_context("pipeline_scheduler") == "zero_bubble_v"
+    with pytest.raises(PretrainConfigError, match="parallel.vpp=2"):
+        mfc.parallel_blocks(compose_many([*BIG, "parallel=dp8tp4pp2", "parallel.pipeline_schedule=zero_bubble"]))

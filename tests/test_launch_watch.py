@@ -1,0 +1,123 @@
+"""How the launcher reads its ranks (pretrain.launch.msrun.RankWatch) from the files
+pretrain.worker leaves in RUN_DIR/logs/, with real processes standing in for msrun and the ranks."""
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from pretrain.config.errors import PretrainRunError
+from pretrain.io import write_atomic
+from pretrain.launch import measured
+from pretrain.launch.msrun import RankWatch, _alive, check_port_free, last_lines
+
+TRACEBACK = """[WARNING] ME(1:1,MainProcess):2026-01-01 [mindspore/x.py:1] noisy warning
+2026-01-01 10:00:00,000 - mindformers/log[x.py:1] - WARNING - Import PyNativeX failed
+  general:  40%|####      | 4/10 [00:02<00:03, loss 8.1]watchdog: not this one, the last report counts
+Traceback (most recent call last):
+  File "/x/pretrain/train/step.py", line 9, in step
+ValueError: the real error
+"""
+
+
+def sleeper():
+    # its own session, as msrun starts each worker
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+
+
+@pytest.fixture
+def logs(tmp_path):
+    d = tmp_path / "logs"
+    d.mkdir()
+    return d
+
+
+def report(logs, rank, exit_code, error=""):
+    write_atomic(logs / f"rank_{rank}.exit", json.dumps({"rank": rank, "exit": exit_code, "error": error}))
+
+
+def started(logs, rank, pid):
+    write_atomic(logs / f"rank_{rank}.pid", str(pid))
+
+
+def test_a_failing_rank_is_reported_with_its_exit_code_error_and_last_error_lines(logs):
+    msrun, rank0 = sleeper(), sleeper()
+    try:
+        started(logs, 0, rank0.pid)
+        started(logs, 1, 999999)          # its status says it exited, so the pid is not consulted
+        report(logs, 1, 1, "ValueError: the real error")
+        (logs / "worker_1.log").write_text(TRACEBACK)
+        message = RankWatch(logs, 2).wait(msrun)
+        assert message.startswith("rank 1 of 2 exited with code 1 (ValueError: the real error)")
+        assert "Traceback (most recent call last):" in message and "ValueError: the real error" in message
+        assert "noisy warning" not in message and "PyNativeX" not in message and "4/10" not in message
+        assert "watchdog: not this one" in message   # cut free of the progress bar it was printed after
+        RankWatch(logs, 2).kill()
+        assert not _alive(rank0.pid) and msrun.poll() is None   # the ranks go; msrun is the caller's
+    finally:
+        for p in (msrun, rank0):
+            p.kill()
+            p.wait()
+
+
+def test_a_rank_that_vanished_without_a_status_is_reported_at_once(logs):
+    msrun, rank0, rank1 = sleeper(), sleeper(), sleeper()
+    try:
+        started(logs, 0, rank0.pid)
+        started(logs, 1, rank1.pid)
+        rank1.kill()
+        rank1.wait()
+        message = RankWatch(logs, 2).wait(msrun)
+        assert message.startswith("rank 1 of 2 ended without an exit status")
+        assert "(no log)" in message
+    finally:
+        for p in (msrun, rank0):
+            p.kill()
+            p.wait()
+
+
+def test_success_needs_every_rank_to_report_zero(logs):
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    report(logs, 0, 0)
+    report(logs, 1, 0)
+    assert RankWatch(logs, 2).wait(done) is None
+    (logs / "rank_1.exit").unlink()
+    message = RankWatch(logs, 2).wait(done)   # msrun gone, rank 1 never reported
+    assert message.startswith("rank 1 of 2 never reported an exit status; msrun exited with code 0")
+
+
+def test_a_zombie_counts_as_dead():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    import time
+    deadline = time.time() + 10
+    while _alive(child.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child.pid)          # exited but not yet reaped: a zombie
+    child.wait()
+
+
+def test_a_busy_master_port_is_refused_before_msrun_starts(compose_many):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cfg = compose_many(["parallel=dp2", "hardware=cpu_2proc", f"hardware.master_port={port}"])
+        with pytest.raises(PretrainRunError, match=f"hardware.master_port={port} .* is in use"):
+            check_port_free(cfg.hardware)
+    check_port_free(cfg.hardware)         # free again
+
+
+def test_last_lines_of_a_log_without_errors_say_so(tmp_path):
+    log = tmp_path / "worker_0.log"
+    log.write_text("[WARNING] a\n[WARNING] b\n")
+    assert last_lines(log) == ["(no error in the log; it ends with)", "[WARNING] a", "[WARNING] b"]
+
+
+def test_measured_throughput_is_trained_tokens_over_training_time():
+    summary = {"phases": [{"tokens_per_s": 100.0, "wall_s": 10.0}, {"tokens_per_s": 400.0, "wall_s": 5.0},
+                          {"tokens_per_s": None, "wall_s": 0.1}]}   # a phase a resumed run had finished
+    assert measured(summary) == {"measured_tokens_per_s": pytest.approx(3000 / 15)}
+    assert measured({"phases": []}) == {}

@@ -1,0 +1,305 @@
+"""The training loop's resilience, fast: the real Trainer, CheckpointManager, guards and events log
+around a stand-in step (one real MindSpore Parameter; its loss is a function of the data index, so
+a poisoned window of data makes a spike exactly where the test puts it). The real model under the
+real CLI is in test_resilience_e2e.py (slow)."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pretrain.config.errors import PretrainRunError
+from pretrain.resilience import faults
+from pretrain.resilience.checkpoint import CheckpointManager, read_state
+from pretrain.resilience.events import EventLog, read_events
+from pretrain.resilience.nonfinite import NonFiniteGuard
+from pretrain.resilience.resume import config_changes, find_start
+from pretrain.resilience.skips import add_window, data_index
+from pretrain.resilience.spike import SpikeGuard
+from pretrain.train.metrics import MetricsWriter
+from pretrain.train.schedule import PhaseLR
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer, final_tag
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MindSpore may write dumps into the CWD
+
+
+class ToyStep:
+    """TrainStep's interface around one Parameter `w` (updates done: what a checkpoint must carry).
+    Loss = 5 - 0.01 w, plus 10 on poisoned data; a NaN loss mask is a non-finite step whose update
+    is skipped, as the real graph does."""
+
+    def __init__(self, poison=()):
+        import mindspore as ms
+        from mindspore import Parameter, Tensor, nn
+
+        class Weights(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.w = Parameter(Tensor(np.zeros(1, np.float32)), name="w")
+
+        self.optimizer = Weights()
+        self.poison = set(poison)
+        self.ms = ms
+
+    @property
+    def updates(self):
+        return float(self.optimizer.w.asnumpy()[0])
+
+    def step(self, micro_batches, lr):
+        batch = micro_batches[0]
+        index = int(batch["input_ids"][0, 0])
+        finite = bool(np.isfinite(batch["loss_mask"]).all())
+        loss = 5.0 - 0.01 * self.updates + (10.0 if index in self.poison else 0.0)
+        if finite:
+            self.optimizer.w.set_data(self.ms.Tensor(np.array([self.updates + 1], np.float32)))
+        return {"loss": loss if finite else float("nan"), "grad_norm": 1.0 if finite else float("nan"),
+                "finite": finite, "loss_scale": 1.0}
+
+    def scaler_state(self):
+        return {}
+
+    def load_scaler_state(self, state):
+        pass
+
+
+class ToyLoader:
+    def __init__(self, nan=()):
+        self.nan = set(nan)
+
+    def batch(self, i):
+        mask = np.full((1, 1), np.nan if i in self.nan else 1.0, np.float32)
+        return {"input_ids": np.array([[i]]), "labels": np.array([[i]]), "loss_mask": mask}
+
+
+def plan(steps=20, name="general", nan=()):
+    lr = PhaseLR(name, steps, start=0.0, peak=1e-3, end=1e-4, warmup_steps=0, schedule="linear")
+    return PhasePlan(name, lr, ToyLoader(nan), None)
+
+
+def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, saving=True):
+    events = EventLog(tmp_path / "events.jsonl")
+    checkpoints = CheckpointManager(tmp_path / "ckpt", keep_latest=5, events=events)
+    trainer = Trainer(
+        ToyStep(poison),
+        metrics=MetricsWriter(tmp_path),
+        throughput=Throughput(tokens_per_step=1, devices=1, flops_per_token=1.0, peak_flops=1.0),
+        grad_accum=1,
+        arch={"toy": 1},
+        checkpoints=checkpoints,
+        save_every_steps=save_every,
+        saving=saving,
+        events=events,
+        spike=SpikeGuard(ratio=2.0, consecutive=3, window=5, warmup_steps=3, max_rollbacks=max_rollbacks),
+        nonfinite=NonFiniteGuard(max_consecutive=max_nonfinite),
+    )
+    return trainer, checkpoints, events
+
+
+def kinds(tmp_path, *names):
+    return [e for e in read_events(tmp_path / "events.jsonl") if e["kind"] in names]
+
+
+def train_records(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+            if '"train"' in line]
+
+
+def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_same_stream(tmp_path):
+    # Data 8..10 are poisoned: steps 9, 10, 11 (phase steps 8..10) are the spike, confirmed at 11.
+    trainer, checkpoints, _ = make_trainer(tmp_path, poison={8, 9, 10})
+    trainer.run([plan(20)])
+    trainer.metrics.close()
+
+    spike, = kinds(tmp_path, "spike")
+    assert (spike["step"], spike["first_step"]) == (11, 9)
+    rollback, = kinds(tmp_path, "rollback")
+    # The newest checkpoint before step 8 (the update before the first high loss): step 6; the
+    # checkpoint of step 9 (saved while the spike was still unconfirmed) is discarded.
+    assert (rollback["step"], rollback["to_step"]) == (11, 6)
+    assert [e["step"] for e in kinds(tmp_path, "prune") if e["reason"] == "rollback"] == [9]
+    skip, = kinds(tmp_path, "skip")
+    assert skip["what"] == "data" and skip["data"] == [7, 10] and skip["steps"] == [8, 11]
+
+    records = train_records(tmp_path)
+    assert [r["step"] for r in records] == list(range(1, 21))  # the rolled-back steps were cut
+    assert [r["data_index"] for r in records] == list(range(7)) + list(range(11, 24))
+    assert max(r["loss"] for r in records) <= 5.0  # no poisoned loss left in the run's history
+    assert trainer.step.updates == 20  # every kept step updated once: rolled-back updates are gone
+    assert trainer.state.data_skips == {"general": [[7, 10]]}
+
+    # The rollback re-saved step 6 with the skipped window, so a crash right after it resumes into
+    # the same stream instead of into the spike again.
+    resaved = checkpoints.latest(before_step=7)
+    assert resaved.step == 6 and read_state(resaved)["data_skips"] == {"general": [[7, 10]]}
+    again, _, _ = make_trainer(tmp_path / "again", poison={8, 9, 10})
+    again.restore(checkpoints, resaved)
+    again.run([plan(20)])
+    again.metrics.close()
+    replay = train_records(tmp_path / "again")
+    assert [(r["step"], r["data_index"], r["loss"]) for r in replay] == [
+        (r["step"], r["data_index"], r["loss"]) for r in records[6:]]
+    assert not kinds(tmp_path / "again", "spike")
+
+
+def test_a_spike_that_comes_back_stops_the_run_past_max_rollbacks(tmp_path):
+    trainer, _, _ = make_trainer(tmp_path, poison=set(range(8, 100)), max_rollbacks=2)
+    with pytest.raises(PretrainRunError, match=r"loss spike rollback limit: 3 rollbacks .*max_rollbacks=2"):
+        trainer.run([plan(40)])
+    assert len(kinds(tmp_path, "rollback")) == 2 and len(kinds(tmp_path, "spike")) == 3
+    error, = kinds(tmp_path, "error")
+    assert "rollback limit" in error["reason"]
+
+
+def test_a_spike_with_no_checkpoint_before_it_is_a_clear_error(tmp_path):
+    trainer, _, _ = make_trainer(tmp_path, poison={5, 6, 7}, save_every=100)
+    with pytest.raises(PretrainRunError, match=r"no checkpoint from before step 5 to roll back to"):
+        trainer.run([plan(20)])
+
+
+def test_nonfinite_steps_skip_the_update_are_logged_and_too_many_in_a_row_stop_the_run(tmp_path):
+    trainer, checkpoints, _ = make_trainer(tmp_path)
+    trainer.run([plan(12, nan={3, 4})])
+    assert [(e["step"], e["what"], e["in_a_row"]) for e in kinds(tmp_path, "skip")] == [
+        (4, "update", 1), (5, "update", 2)]
+    assert trainer.step.updates == 10  # 12 steps, 2 of them skipped
+    assert math.isnan(train_records(tmp_path)[3]["loss"]) and not train_records(tmp_path)[3]["finite"]
+    assert not kinds(tmp_path, "spike")  # NaN losses are not spikes
+
+    stuck, _, _ = make_trainer(tmp_path / "stuck", max_nonfinite=3)
+    with pytest.raises(PretrainRunError, match=r"4 steps in a row \(up to step 8\) had a non-finite"):
+        stuck.run([plan(20, nan=set(range(4, 20)))])
+    assert stuck.step.updates == 4
+
+
+class StopAt:
+    """GracefulStop as the loop sees it: `requested` turns True once the trainer reaches `step`."""
+
+    signal_name = "SIGTERM"
+
+    def __init__(self, trainer, step):
+        self.trainer, self.step = trainer, step
+
+    @property
+    def requested(self):
+        return self.trainer.state.global_step >= self.step
+
+
+def test_a_stop_request_checkpoints_the_finished_step_and_the_resume_continues_after_it(tmp_path):
+    trainer, checkpoints, _ = make_trainer(tmp_path)
+    trainer.stop = StopAt(trainer, 5)
+    results = trainer.run([plan(8, "general"), plan(4, "reasoning")])
+    assert trainer.stopped == "SIGTERM" and [r["stopped"] for r in results] == [True]
+    signal, = kinds(tmp_path, "signal")
+    assert (signal["signal"], signal["step"]) == ("SIGTERM", 5)
+    newest = checkpoints.latest()
+    assert newest.step == 5 and read_state(newest)["phase_step"] == 5
+
+    resumed, _, _ = make_trainer(tmp_path)
+    resumed.restore(checkpoints, checkpoints.latest())
+    results = resumed.run([plan(8, "general"), plan(4, "reasoning")])
+    assert [r["phase"] for r in results] == ["general", "reasoning"] and results[0]["first_step"] == 6
+    assert resumed.state.global_step == 12 and resumed.step.updates == 12
+    assert [r["step"] for r in train_records(tmp_path)] == list(range(1, 13))
+    # a finished run started again has nothing left to train
+    done, _, _ = make_trainer(tmp_path)
+    done.restore(checkpoints, checkpoints.latest())
+    assert done.run([plan(8, "general"), plan(4, "reasoning")]) == []
+
+
+def test_a_rank_that_does_not_save_rolls_back_too_and_never_touches_the_checkpoints(tmp_path):
+    writer, checkpoints, _ = make_trainer(tmp_path)
+    writer.run([plan(6)])  # the saving rank: checkpoint 3 and general's final, 6
+    reader = Trainer(ToyStep({8, 9, 10}), metrics=MetricsWriter(tmp_path, enabled=False),
+                     throughput=writer.throughput, grad_accum=1, arch={"toy": 1},
+                     checkpoints=checkpoints, save_every_steps=3, saving=False,
+                     spike=SpikeGuard(ratio=2.0, consecutive=3, window=5, warmup_steps=3))
+    reader.restore(checkpoints, checkpoints.latest())
+    before = sorted(info.path.name for info in checkpoints.list())
+    # reasoning's data 8..10 spike at global steps 15..17; the newest checkpoint before step 14 is
+    # general's final one: the rollback restarts reasoning from its first step, skipping data 7..10
+    reader.run([plan(6, "general"), plan(20, "reasoning")])
+    assert sorted(info.path.name for info in checkpoints.list()) == before
+    assert reader.state.data_skips == {"reasoning": [[7, 10]]}
+    assert reader.state.global_step == 26 and reader.step.updates == 26
+
+
+def test_find_start_resumes_own_progress_hands_off_a_finished_previous_phase_or_says_why_not(tmp_path):
+    from mindspore import Parameter, Tensor, nn
+
+    class Cell(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.zeros(1, np.float32)), name="w")
+
+    cell, ckpt = Cell(), CheckpointManager(tmp_path / "ckpt", keep_latest=5)
+    assert find_start(["general", "reasoning", "anneal"], None, ckpt) is None
+    with pytest.raises(PretrainRunError, match=r"run phase=general first with the same run_dir"):
+        find_start(["reasoning"], "general", ckpt)
+
+    ckpt.save(3, cell, {"phase": "general", "phase_step": 3, "phases_done": []})
+    start = find_start(["general", "reasoning", "anneal"], None, ckpt)
+    assert start.info.step == 3 and not start.handoff
+    with pytest.raises(PretrainRunError, match=r"step_00000003, in the middle of general: run phase=general"):
+        find_start(["reasoning"], "general", ckpt)
+
+    ckpt.save(5, cell, {"phase": "general", "phase_step": 5, "phases_done": ["general"]},
+              tag=final_tag("general"))
+    start = find_start(["reasoning"], "general", ckpt)
+    assert start.handoff and start.info.tag == "phase-general-final"
+    with pytest.raises(PretrainRunError, match=r"checkpoints of phase general .* does not train"):
+        find_start(["anneal"], "reasoning", ckpt)
+
+    ckpt.save(7, cell, {"phase": "reasoning", "phase_step": 2, "phases_done": ["general"]})
+    start = find_start(["reasoning"], "general", ckpt)
+    assert start.info.step == 7 and not start.handoff  # the phase's own progress wins
+
+
+def test_config_changes_lists_the_dotted_keys_that_differ():
+    saved = {"train": {"lr": 1.0, "save_every_steps": 3}, "model": {"h": 64}, "gone": 1}
+    now = {"train": {"lr": 1.0, "save_every_steps": 5}, "model": {"h": 64}, "new": {"x": 2}}
+    assert config_changes(saved, now) == ["gone", "new.x", "train.save_every_steps"]
+    assert config_changes(now, now) == [] and config_changes(None, now) == []
+
+
+def test_data_index_jumps_over_merged_skip_windows():
+    windows = add_window([], 2, 3)
+    assert [data_index(k, windows) for k in range(5)] == [0, 1, 4, 5, 6]
+    windows = add_window(windows, 6, 6)
+    assert windows == [[2, 3], [6, 6]]
+    assert [data_index(k, windows) for k in range(6)] == [0, 1, 4, 5, 7, 8]
+    assert add_window(windows, 4, 5) == [[2, 6]]  # adjacent and overlapping windows merge
+    assert add_window([[2, 6]], 0, 9) == [[0, 9]]
+    with pytest.raises(ValueError):
+        add_window([], 3, 2)
+
+
+def test_metrics_rewind_cuts_later_records_and_a_torn_line(tmp_path):
+    metrics = MetricsWriter(tmp_path)
+    for step in range(1, 6):
+        metrics.log({"kind": "train", "step": step, "loss": float(step)})
+    metrics.log({"kind": "val", "step": 5, "val_loss": 1.0})
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"kind": "train", "st')  # a kill -9 mid-write
+    metrics.rewind(3)
+    metrics.log({"kind": "train", "step": 4, "loss": 40.0})
+    metrics.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in lines] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
+
+
+def test_faults_come_only_from_the_env_and_name_unknown_ones(monkeypatch):
+    monkeypatch.setattr(faults, "_loaded", False)
+    monkeypatch.delenv(faults.ENV, raising=False)
+    assert faults.active() is None
+    monkeypatch.setattr(faults, "_loaded", False)
+    monkeypatch.setenv(faults.ENV, json.dumps({"nan_grads": [3], "lr_mult": {"data": [5, 6], "factor": 10}}))
+    f = faults.active()
+    batch = {"loss_mask": np.ones((2, 2), np.float32)}
+    assert f.batch(2, batch) is batch and np.isnan(f.batch(3, batch)["loss_mask"]).all()
+    assert [f.lr("general", i, 1.0) for i in (4, 5, 6, 7)] == [1.0, 10.0, 10.0, 1.0]
+    with pytest.raises(Exception, match=r"unknown faults \['typo'\]"):
+        faults.Faults({"typo": 1})
+    monkeypatch.setattr(faults, "_loaded", False)
