@@ -14,20 +14,6 @@ from pretrain.plan.planner import plan
 BIG = ["model=llama3_70b", "hardware=ascend910b_8x8"]
 
 
-@pytest.fixture(scope="module")
-def mindformers(tmp_path_factory):
-    """MindFormers imported from a scratch directory (it writes ./output on import), Mcore context."""
-    scratch = tmp_path_factory.mktemp("mindformers")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(scratch)
-        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
-        from mindformers.core.context.build_context import build_context
-
-        build_context({"use_legacy": False, "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"},
-                       "parallel": {}, "parallel_config": {}})
-        yield scratch
-
-
 @pytest.fixture
 def applied(mindformers, tmp_path):
     """export -> mindformers.yaml -> what MindFormers makes of it, for a composed config."""

@@ -25,16 +25,11 @@ SHRINK = [
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    scratch = tmp_path_factory.mktemp("mindformers")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(scratch)
-        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
-        import mindspore as ms
+def runtime(mindformers_scratch):
+    import mindspore as ms
 
-        ms.set_seed(0)
-        yield scratch
-
+    ms.set_seed(0)
+    return mindformers_scratch
 
 def build_from_exported_yaml(cfg, path):
     """What a MindFormers user does with run_dir/mindformers.yaml: MindFormerConfig + build_network."""

@@ -14,27 +14,6 @@ from pretrain.train.schedule import phase_lr
 MODELS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "model").glob("*.yaml"))
 
 
-@pytest.fixture(scope="module")
-def mindformers(tmp_path_factory):
-    """MindFormers imported from a scratch directory (it writes ./output on import), Mcore context."""
-    scratch = tmp_path_factory.mktemp("mindformers")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(scratch)
-        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
-        from mindformers.core.context.build_context import build_context
-
-        build_context(
-            {
-                "use_legacy": False,
-                "use_parallel": False,
-                "context": {"mode": 0, "device_target": "CPU"},
-                "parallel": {},
-                "parallel_config": {},
-            }
-        )
-        yield scratch
-
-
 def exported(cfg):
     phase = cfg.phase.general if "general" in cfg.phase else cfg.phase
     return mfc.export(

@@ -12,14 +12,9 @@ from pretrain.model import builder, cpu_compat
 
 
 @pytest.fixture(scope="module")
-def cpu_runtime(tmp_path_factory, compose_many):
-    scratch = tmp_path_factory.mktemp("mindformers")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(scratch)
-        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
-        builder.init_runtime(compose_many([]))
-        yield cpu_compat._replacements()
-
+def cpu_runtime(mindformers_scratch, compose_many):
+    builder.init_runtime(compose_many([]))
+    return cpu_compat._replacements()
 
 def test_a_mindformers_version_it_was_not_written_for_is_refused_by_name():
     cpu_compat.check_version("1.9.0")

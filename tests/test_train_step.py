@@ -24,13 +24,8 @@ SEQ, VOCAB = 32, 512
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    scratch = tmp_path_factory.mktemp("mindformers")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(scratch)
-        mp.setenv("LOCAL_DEFAULT_PATH", str(scratch / "output"))
-        yield scratch
-
+def runtime(mindformers_scratch):
+    return mindformers_scratch
 
 @pytest.fixture
 def cfg(compose_many):

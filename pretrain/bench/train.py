@@ -44,7 +44,7 @@ def main(argv) -> None:
     from pretrain.train.metrics import MetricsWriter
     from pretrain.train.runner import architecture, make_loader
     from pretrain.train.schedule import phase_lr
-    from pretrain.train.step import TrainStep
+    from pretrain.train.step import TrainStep, train_step_args
     from pretrain.train.trainer import PhasePlan, Throughput, Trainer, split_micro
 
     t = cfg.train
@@ -106,16 +106,7 @@ def main(argv) -> None:
     bare_cell = BareCell(model())
 
     # step and loop: ours
-    kwargs = dict(
-        lr=1e-3,
-        weight_decay=t.weight_decay,
-        betas=(t.adam_beta1, t.adam_beta2),
-        eps=t.adam_eps,
-        grad_accum=int(t.grad_accum),
-        grad_clip=t.grad_clip,
-        loss_scaling=cfg.hardware.device != "cpu",
-        z_loss=t.z_loss,
-    )
+    kwargs = dict(lr=1e-3, **train_step_args(cfg))
     ours = TrainStep(model(), **kwargs)
     micro = split_micro(batch, int(t.grad_accum))
     metrics = MetricsWriter(scratch)

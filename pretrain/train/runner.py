@@ -258,22 +258,12 @@ def build_trainer(
     """The MindFormers model, its GRAPH-mode step and the loop around it."""
     import mindspore as ms
 
-    from pretrain.train.step import TrainStep
+    from pretrain.train.step import TrainStep, train_step_args
 
     ms.set_seed(int(cfg.train.seed))
     net = builder.build_model(cfg, pad_token_id=pad)
     t, p = cfg.train, cfg.parallel
-    step = TrainStep(
-        net,
-        lr=0.0,
-        weight_decay=t.weight_decay,
-        betas=(t.adam_beta1, t.adam_beta2),
-        eps=t.adam_eps,
-        grad_accum=int(t.grad_accum),
-        grad_clip=t.grad_clip,
-        loss_scaling=cfg.hardware.device != "cpu",
-        z_loss=t.z_loss,
-    )
+    step = TrainStep(net, lr=0.0, **train_step_args(cfg))
     seq = int(cfg.model.seq_length)
     throughput = Throughput(
         tokens_per_step=int(t.global_batch_size) * seq,

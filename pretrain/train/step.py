@@ -14,6 +14,7 @@ losses it returns (and the evaluation loss) are the mean over the ranks, so rank
 of the global batch. One process: no collective is built.
 """
 
+from functools import partial
 from typing import Any, Dict, Optional, Tuple
 
 import mindspore as ms
@@ -160,6 +161,14 @@ class TrainStepCell(nn.Cell):
         return lm, norm, finite, loss_scale
 
 
+def train_step_args(cfg: Any) -> Dict[str, Any]:
+    """TrainStep's keyword arguments (all but lr) from a composed run config."""
+    t = cfg.train
+    return dict(weight_decay=t.weight_decay, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
+                grad_accum=int(t.grad_accum), grad_clip=t.grad_clip,
+                loss_scaling=cfg.hardware.device != "cpu", z_loss=t.z_loss)
+
+
 class TrainStep:
     """The compiled pieces of one training run: update (+ accumulate) and evaluate."""
 
@@ -199,15 +208,10 @@ class TrainStep:
         )
         self.grad_accum = int(grad_accum)
         self.data_parallel = data_parallel_degree()
-        self.update_cell = TrainStepCell(
-            self.loss_cell,
-            self.optimizer,
-            grad_accum=grad_accum,
-            grad_clip=grad_clip,
-            scaler=self.scaler,
-            last=True,
-            data_parallel=self.data_parallel,
-        )
+        # the update cell and the accumulate-only cell share everything but `last` and the buffers
+        cell = partial(TrainStepCell, self.loss_cell, self.optimizer, grad_accum=grad_accum,
+                       grad_clip=grad_clip, scaler=self.scaler, data_parallel=self.data_parallel)
+        self.update_cell = cell(last=True)
         self.accumulate_cell = None
         if self.grad_accum > 1:
             accum = tuple(
@@ -215,15 +219,7 @@ class TrainStep:
                 for p in self.optimizer.parameters
             )
             self.update_cell.accum = accum
-            self.accumulate_cell = TrainStepCell(
-                self.loss_cell,
-                self.optimizer,
-                grad_accum=grad_accum,
-                grad_clip=grad_clip,
-                scaler=self.scaler,
-                last=False,
-                data_parallel=self.data_parallel,
-            )
+            self.accumulate_cell = cell(last=False)
             self.accumulate_cell.accum = accum
         self.eval_cell = EvalCell(self.loss_cell, RankMean(self.data_parallel) if self.data_parallel > 1 else None)
 
