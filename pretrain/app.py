@@ -49,12 +49,21 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     from pretrain.plan.planner import format_plan, plan as make_plan
     plan = make_plan(cfg)
     print(format_plan(plan), flush=True)
+    status, refused = validate.verdict(cfg, plan)
+    dry = cfg.dry_run or cfg.launcher == "print"
+    # Several nodes: the launch only writes per-node scripts, which a plan-only layout may have (each
+    # rank refuses to train it, in one line); a plan that does not fit gets none.
+    scripts_only = cfg.hardware.num_nodes > 1 and status == "plan only"
+    if refused and not (dry or scripts_only):
+        raise PretrainConfigError("\n".join(refused))
     run_dir = freeze(cfg, plan.to_dict())
     from pretrain.sweep.summary import plan_row
-    row = {"status": "ok" if plan.fits else "does not fit", "reason": "", **plan_row(plan)}
+    row = {"status": status, "reason": "; ".join(refused), **plan_row(plan)}
+    for line in refused:
+        print(f"{status}: {line}")
     from pretrain.launch import launch
-    row.update(launch(cfg, run_dir, dry=cfg.dry_run) or {})
-    if cfg.dry_run:
+    row.update(launch(cfg, run_dir, dry=dry) or {})
+    if dry:
         print(f"dry run: resolved config and plan written to {run_dir}")
     return row
 

@@ -33,9 +33,9 @@ BAD_CONFIGS = [
     (["data.sources.general.builtin=null", "data.sources.general.paths=[/nope/corpus]"],
      "data.sources.general.paths: no such file or directory '/nope/corpus'"),
     (["parallel.dp=1", "parallel.tp=2", "hardware=cpu_2proc", "parallel.micro_batch_size=8", "model.num_kv_heads=4"],
-     "cannot run on hardware.device=cpu"),
+     "tp(2) > 1: this project's training loop runs one device or plain data parallel only"),
     (["model=tiny", "parallel=dp8ep8", "hardware=ascend910b_1x8", "dry_run=true"], "parallel.ep=8 but model=tiny is dense"),
-    (["train.keep_checkpoint_max=0"], "train.keep_checkpoint_max=0 must be >= 1"),
+    (["train.keep_checkpoint_max=0"], "train.keep_checkpoint_max=0 must be in [1, 1000000]"),
     (["+foo"], "Error parsing override '+foo'"),
     (["launcher=slurmz"], "launcher='slurmz' must be one of"),
 ]
@@ -121,4 +121,6 @@ def test_sweep_definition_from_sweeps_dir(cli, tmp_path):
     rows = list(csv.DictReader(open(sweep / "summary.csv")))
     assert len(rows) == 24
     assert {r["status"] for r in rows if "vpp=2" in r["label"]} == {"invalid"}
-    assert any(r["status"] == "ok" for r in rows), [(r["overrides"], r["status"], r["peak_gb"]) for r in rows]
+    # model parallel is planned, not trained, by this project's loop: the fitting rows are "plan only"
+    statuses = {r["status"] for r in rows}
+    assert "plan only" in statuses and "ok" not in statuses, [(r["overrides"], r["status"], r["peak_gb"]) for r in rows]

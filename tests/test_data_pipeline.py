@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pretrain.config.compose import compose
-from pretrain.config.errors import PretrainDataError
+from pretrain.config.errors import PretrainConfigError, PretrainDataError
 from pretrain.config.schema import SourceConfig
 from pretrain.data import prepare
 from pretrain.data.docstore import DocStore
@@ -196,7 +196,7 @@ def test_given_tokenizer_is_used_and_missing_one_is_an_error(corpus, prepared, t
                    **{"tokenizer.path": str(tok), "tokenizer.train": "false"})
     p = prepare(cfg, progress=False)["books"]
     assert p.tokenizer_path == tok and not (tmp_path / "c" / "tokenizers").exists()
-    with pytest.raises(PretrainDataError, match="data.tokenizer.path: no such file 'nope.model'"):
+    with pytest.raises(PretrainConfigError, match="data.tokenizer.path: no such file 'nope.model'"):
         prepare(data_cfg(tmp_path / "c", corpus, **{"tokenizer.path": "nope.model"}), progress=False)
 
 
@@ -312,7 +312,7 @@ def test_cli_missing_input_path_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pretrain.data", "data.sources.general.paths=[foo]"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: data.sources.general.paths: no such file 'foo'")
+    assert proc.stderr.startswith("error: data.sources.general.paths: no such file or directory 'foo'")
     assert len(proc.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []                # nothing written: no run dir, no .hydra, no log
 

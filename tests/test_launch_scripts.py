@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-BIG = ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"]
-RUN = Path("runs") / "llama3_70b-dp8tp4pp2-ascend910b_8x8"
+BIG = ["model=llama3_70b", "parallel=dp4tp8pp2", "hardware=ascend910b_8x8"]   # fits; plan only
+RUN = Path("runs") / "llama3_70b-dp4tp8pp2-ascend910b_8x8"
 
 RECORDER = """#!/usr/bin/env bash
 # stand-in for {name}: records its environment's node rank and its arguments
@@ -50,6 +50,7 @@ def test_every_node_script_starts_its_ranks_against_the_master(cli, tmp_path, st
     for node in (0, 7):   # (the middle ones are summarised)
         assert f"node {node}: bash {launch / f'node_{node}.sh'}" in proc.stdout
     assert "submit_slurm.sh" in proc.stdout and "is this host's loopback" not in proc.stdout
+    assert "plan only: parallel=dp4tp8pp2: tp(8) pp(2) > 1" in proc.stdout   # said, not hidden
 
     for node in range(8):   # each script run as a node would run it: from anywhere, by path
         subprocess.run(["bash", str(launch / f"node_{node}.sh")], env=env, cwd="/", check=True)
@@ -65,6 +66,12 @@ def test_every_node_script_starts_its_ranks_against_the_master(cli, tmp_path, st
         assert int(args["cluster_time_out"]) > 0
         assert line.endswith(f"python -m pretrain.worker {tmp_path / RUN}")
         assert f"PWD={tmp_path} " in line   # the config's relative paths resolve as at compose time
+
+
+def test_a_plan_that_does_not_fit_gets_no_node_scripts(cli, tmp_path):
+    proc = cli("model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8")
+    assert proc.returncode == 2 and "GB per device" in proc.stderr
+    assert not (tmp_path / "runs" / "llama3_70b-dp8tp4pp2-ascend910b_8x8" / "launch").exists()
 
 
 def test_slurm_submits_all_nodes_and_each_node_gets_its_rank(cli, tmp_path, stand_ins):

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from pretrain.config import validate
 from pretrain.config.errors import PretrainConfigError
 from pretrain.model import builder
 from pretrain.model import mindformers_config as mfc
@@ -104,7 +105,7 @@ def test_sandwich_norm_is_refused_for_training_but_exported(compose_many):
     cfg = compose_many(["model=pangu_ultra_135b"] + SHRINK)
     assert mfc.model_config(cfg)["sandwich_norm"] is True
     with pytest.raises(PretrainConfigError, match="model.sandwich_norm=true"):
-        builder.check_trainable(cfg)
+        validate.check_trainable(cfg)
 
 
 def test_shrunken_moe_builds_on_cpu_with_the_planners_count_but_is_not_trained_there(runtime, compose_many):
@@ -118,7 +119,7 @@ def test_shrunken_moe_builds_on_cpu_with_the_planners_count_but_is_not_trained_t
         + SHRINK
     )
     with pytest.raises(PretrainConfigError, match="model.num_experts=4 on hardware.device=cpu"):
-        builder.check_trainable(cfg)
+        validate.check_trainable(cfg)
     builder.init_runtime(cfg)
     net = builder.build_from_block(mfc.model_config(cfg))
     assert type(net).__name__ == "TrainingQwen3MoeForCausalLM"

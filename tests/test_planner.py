@@ -86,7 +86,6 @@ def test_naive_figure_is_flagged_when_the_real_peak_does_not_fit():
     assert not p.fits and p.naive_states_gb < p.capacity_gb < p.peak_gb
     assert "ignores gradients, activations and logits" in p.naive_note
     assert any("fully sharded states figure" in w for w in p.warnings)
-    assert any(w.startswith("does not fit") for w in p.warnings)
 
 
 # ------------------------------------------------------------------ published cross-checks
@@ -290,7 +289,7 @@ def test_format_plan_states_the_verdict():
     bad = plan_of(*L70)
     text = planner.format_plan(bad)
     assert f"DOES NOT FIT by {-bad.headroom_gb:.1f} GB" in text and "ignores gradients" in text
-    assert 15 <= len(text.splitlines()) <= 30
+    assert 12 <= len(text.splitlines()) <= 30   # a table read in five seconds
     good = planner.format_plan(plan_of())
     assert "FITS" in good and "DOES NOT FIT" not in good and "general" in good and "save every" in good
 

@@ -6,7 +6,8 @@ import pytest
 
 from pretrain.config.errors import PretrainDataError
 from pretrain.data.prepare import Prepared
-from pretrain.train.runner import architecture, architecture_hash, check_data, pad_token_id
+from pretrain.config.validate import check_prepared as check_data
+from pretrain.train.runner import architecture, architecture_hash, pad_token_id
 
 
 @pytest.fixture(scope="module")

@@ -9,53 +9,56 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from pretrain.config.ranges import between, derived
 from pretrain.resilience.config import ResilienceConfig
+
+K, M = 2**10, 2**20
 
 
 @dataclass
 class ModelConfig:
     name: str = MISSING
     arch: str = "llama"                       # llama | qwen3 (QK-norm)
-    hidden_size: int = MISSING
-    num_layers: int = MISSING
-    num_heads: int = MISSING
-    num_kv_heads: int = MISSING
-    head_dim: Optional[int] = None            # None: hidden_size // num_heads
-    ffn_hidden_size: int = MISSING
-    vocab_size: int = MISSING
-    seq_length: int = MISSING
-    max_position_embeddings: int = MISSING
-    rope_theta: float = 10000.0
-    norm_eps: float = 1.0e-5
+    hidden_size: int = between(1, M)
+    num_layers: int = between(1, 10 * K)
+    num_heads: int = between(1, 64 * K)
+    num_kv_heads: int = between(1, 64 * K)
+    head_dim: Optional[int] = between(1, 64 * K, None)   # None: hidden_size // num_heads
+    ffn_hidden_size: int = between(1, 16 * M)
+    vocab_size: int = between(8, 16 * M)
+    seq_length: int = between(2, 16 * M)
+    max_position_embeddings: int = between(2, 16 * M)
+    rope_theta: float = between(0.0, 1e12, 10000.0, low_open=True)
+    norm_eps: float = between(0.0, 0.1, 1.0e-5, low_open=True)
     tie_embeddings: bool = False
     qk_layernorm: bool = False
     # Mixture of experts: num_experts 0 means dense.
-    num_experts: int = 0
-    num_experts_per_token: int = 0
-    moe_ffn_hidden_size: Optional[int] = None
-    num_shared_experts: int = 0
+    num_experts: int = between(0, 64 * K, 0)
+    num_experts_per_token: int = between(0, 64 * K, 0)
+    moe_ffn_hidden_size: Optional[int] = between(1, 16 * M, None)
+    num_shared_experts: int = between(0, K, 0)
     # Stability switches (Pangu Ultra): depth-scaled sandwich norm and TinyInit.
     sandwich_norm: bool = False
     init_method: str = "normal"               # normal | tiny
-    init_std: float = 0.02
+    init_std: float = between(0.0, 1.0, 0.02, low_open=True)
     # The published recipe's batch, token budget and peak LR (train.* defaults read them).
-    global_batch_size: int = MISSING
-    total_tokens: float = MISSING
-    lr_peak: float = MISSING
+    global_batch_size: int = between(1, 16 * M)
+    total_tokens: float = between(0.0, 1e15, low_open=True)
+    lr_peak: float = between(0.0, 1.0, low_open=True)
 
 
 @dataclass
 class ParallelConfig:
     name: str = MISSING
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1                               # experts split over ep ranks inside dp*cp
-    cp: int = 1                               # context (sequence) parallel
-    vpp: int = 1                              # virtual pipeline stages per pp rank
+    dp: int = between(1, M, 1)
+    tp: int = between(1, K, 1)
+    pp: int = between(1, K, 1)
+    ep: int = between(1, 64 * K, 1)           # experts split over ep ranks inside dp*cp
+    cp: int = between(1, K, 1)                # context (sequence) parallel
+    vpp: int = between(1, 64, 1)              # virtual pipeline stages per pp rank
     sequence_parallel: bool = False
-    zero_stage: int = 0                       # 0 none, 1 optimizer, 2 +grads, 3 +weights
-    micro_batch_size: int = 1
+    zero_stage: int = between(0, 3, 0)        # 0 none, 1 optimizer, 2 +grads, 3 +weights
+    micro_batch_size: int = between(1, 64 * K, 1)
     recompute: str = "none"                   # none | selective | full
     pipeline_schedule: str = "1f1b"           # 1f1b | zero_bubble
     pipeline_layers: Optional[List[int]] = None  # explicit uneven split, one entry per pp*vpp stage
@@ -64,18 +67,18 @@ class ParallelConfig:
 
 @dataclass
 class LRConfig:
-    peak: Optional[float] = None              # None: continue from the previous phase's final LR
-    end: float = MISSING
-    warmup_fraction: float = 0.0
+    peak: Optional[float] = between(0.0, 1.0, None, low_open=True)  # None: continue from the previous phase's final LR
+    end: float = between(0.0, 1.0)
+    warmup_fraction: float = between(0.0, 1.0, 0.0, high_open=True)
     schedule: str = "cosine"                  # cosine | linear | constant | wsd
-    wsd_decay_fraction: float = 0.2
+    wsd_decay_fraction: float = between(0.0, 1.0, 0.2, low_open=True)
 
 
 @dataclass
 class PhaseConfig:
     name: str = MISSING
-    token_fraction: Optional[float] = None    # share of train.total_tokens ...
-    tokens: Optional[float] = None            # ... or an absolute token budget
+    token_fraction: Optional[float] = between(0.0, 1.0, None, low_open=True)  # share of train.total_tokens ...
+    tokens: Optional[float] = between(0.0, 1e15, None, low_open=True)         # ... or an absolute budget
     mix: Dict[str, float] = field(default_factory=dict)   # prepared dataset -> weight
     lr: LRConfig = field(default_factory=LRConfig)
 
@@ -85,16 +88,16 @@ class HardwareConfig:
     name: str = MISSING
     device: str = MISSING                     # cpu | ascend
     chip: str = ""
-    devices_per_node: int = 1
-    num_nodes: int = 1
-    memory_gb_per_device: float = MISSING
-    peak_tflops: float = MISSING              # dense peak at `precision`, per device
-    intra_node_gbps: float = 10.0
-    inter_node_gbps: float = 10.0
+    devices_per_node: int = between(1, K, 1)
+    num_nodes: int = between(1, 100_000, 1)
+    memory_gb_per_device: float = between(0.0, 100_000.0, low_open=True)
+    peak_tflops: float = between(0.0, 100_000.0, low_open=True)   # dense peak at `precision`, per device
+    intra_node_gbps: float = between(0.0, 1e6, 10.0, low_open=True)
+    inter_node_gbps: float = between(0.0, 1e6, 10.0, low_open=True)
     precision: str = "bf16"                   # bf16 | fp32
-    failures_per_device_hour: float = 1.97e-5 # Llama 3 report: 419 interruptions / 54 days / 16k GPUs
+    failures_per_device_hour: float = between(0.0, 1.0, 1.97e-5)  # Llama 3: 419 interruptions / 54 days / 16k GPUs
     master_addr: str = "127.0.0.1"
-    master_port: int = 8118
+    master_port: int = between(1, 65535, 8118)
 
 
 @dataclass
@@ -108,28 +111,28 @@ class SourceConfig:
 class TokenizerConfig:
     path: Optional[str] = None                # a sentencepiece .model; None: train one (train=true)
     train: bool = False
-    vocab_size: int = MISSING
+    vocab_size: int = between(8, 16 * M)
     model_type: str = "bpe"
-    train_sentences: int = 200000             # sampled line groups (~2000 chars each) to train on
+    train_sentences: int = between(1, 10**9, 200000)   # sampled line groups (~2000 chars each) to train on
     byte_fallback: bool = True                # unknown characters as byte pieces (needs vocab > 260)
 
 
 @dataclass
 class CleanConfig:
     normalize: str = "NFC"
-    min_chars: int = 32
-    max_chars: int = 1000000                  # longer documents are split, not dropped
-    max_symbol_ratio: float = 0.3
-    max_repeated_line_fraction: float = 0.5
+    min_chars: int = between(0, 10**9, 32)
+    max_chars: int = between(1, 10**12, 1000000)   # longer documents are split, not dropped
+    max_symbol_ratio: float = between(0.0, 1.0, 0.3)
+    max_repeated_line_fraction: float = between(0.0, 1.0, 0.5)
 
 
 @dataclass
 class DedupConfig:
     exact: bool = True
     near: bool = True
-    threshold: float = 0.8
-    num_perm: int = 128
-    shingle: int = 5
+    threshold: float = between(0.0, 1.0, 0.8, low_open=True, high_open=True)
+    num_perm: int = between(2, 8 * K, 128)
+    shingle: int = between(1, K, 5)
 
 
 @dataclass
@@ -138,35 +141,41 @@ class DataConfig:
     sources: Dict[str, SourceConfig] = field(default_factory=dict)
     cache_dir: str = MISSING                  # prepared datasets, keyed by a hash of inputs + config
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    seq_length: int = MISSING
+    seq_length: int = between(2, 16 * M)
     packing: str = "best_fit"                 # best_fit | concat
-    num_shards: int = 1
-    val_fraction: float = 0.01
-    workers: int = 2
+    num_shards: int = between(1, M, 1)
+    val_fraction: float = between(0.0, 1.0, 0.01, high_open=True)
+    workers: int = between(1, K, 2)
     clean: CleanConfig = field(default_factory=CleanConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
 
 
 @dataclass
 class TrainConfig:
-    seed: int = 1234
-    global_batch_size: int = MISSING
-    grad_accum: int = MISSING
-    total_tokens: float = MISSING
-    lr_peak: float = MISSING
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
-    adam_eps: float = 1.0e-8
-    grad_clip: float = 1.0
-    z_loss: float = 0.0
-    log_every: int = 1
-    eval_every: int = 50
-    eval_batches: int = 4
-    save_every_steps: int = 100
-    save_every_minutes: float = 60.0
-    keep_checkpoint_max: int = 3
-    efficiency: float = 0.45
+    seed: int = between(0, 2**32 - 1, 1234)
+    global_batch_size: int = between(1, 16 * M)
+    grad_accum: int = derived()               # global_batch_size / (micro_batch_size * dp): the batch rule
+    total_tokens: float = between(0.0, 1e15, low_open=True)
+    lr_peak: float = between(0.0, 1.0, low_open=True)
+    weight_decay: float = between(0.0, 1.0, 0.1, high_open=True)
+    adam_beta1: float = between(0.0, 1.0, 0.9, high_open=True)
+    adam_beta2: float = between(0.0, 1.0, 0.95, high_open=True)
+    adam_eps: float = between(0.0, 1.0, 1.0e-8, low_open=True)
+    grad_clip: float = between(0.0, 1e6, 1.0)         # 0: no clipping
+    z_loss: float = between(0.0, 1.0, 0.0)
+    log_every: int = between(1, 10**9, 1)
+    eval_every: int = between(0, 10**9, 50)           # 0: no validation
+    eval_batches: int = between(1, 10**6, 4)
+    save_every_steps: int = between(1, 10**9, 100)
+    save_every_minutes: float = between(0.0, 1e6, 60.0, low_open=True)
+    keep_checkpoint_max: int = between(1, 10**6, 3)   # the newest checkpoint is the resume point
+    efficiency: float = between(0.0, 1.0, 0.45, low_open=True)   # assumed fraction of peak FLOP/s
+
+
+@dataclass
+class PlanConfig:
+    target_days: Optional[float] = between(0.0, 1e5, None, low_open=True)  # print the devices that finish in this
+    ignore_memory: bool = False               # launch even when the planned peak memory exceeds the device
 
 
 @dataclass
@@ -178,6 +187,7 @@ class PretrainConfig:
     data: DataConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     resilience: ResilienceConfig = field(default_factory=ResilienceConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
     run_name: str = MISSING
     run_dir: str = MISSING
     dry_run: bool = False

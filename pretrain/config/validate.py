@@ -1,21 +1,34 @@
-"""Every cross-field rule of a composed config, in one place.
+"""The rulebook: every rule that can refuse a config, in one place.
 
-`problems(cfg)` returns one line per broken rule, each naming the keys and every factor, e.g.
+Three verdicts, so a dry run and a sweep row say what the run would do:
+- `problems(cfg)`: the config is wrong (a layout that does not multiply out, a value out of range,
+  a phase mix naming an unknown source). Refused everywhere, dry runs and sweeps included.
+- `training_problems(cfg)`: the config is sound but nothing here trains it (our loop runs one
+  device or plain data parallel; MindFormers 1.9.0's classes and CPU kernels have limits). Planned,
+  swept and scripted as "plan only"; a launch is refused.
+- `memory_problems(cfg, plan)`: the planned peak memory per device exceeds the device. A launch is
+  refused (unless plan.ignore_memory=true); the line names the largest part and layouts that fit.
+Each line names the keys and every factor, e.g.
 `parallel: dp(8) * tp(4) * pp(2) * cp(1) = 64 != devices(32) of hardware=ascend910b_4x8 (...)`.
-`check(cfg)` raises PretrainConfigError with those lines. Pure Python: no mindspore import.
+Pure Python: no mindspore import. Code elsewhere (model builder, MindFormers export, schedule,
+data preparation) relies on these checks instead of repeating them.
 """
 from pathlib import Path
-from typing import Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 from omegaconf import DictConfig
 
-from pretrain.config.errors import PretrainConfigError
+from pretrain.config import ranges
+from pretrain.config.errors import PretrainConfigError, PretrainDataError
 
 LR_SCHEDULES = ("cosine", "linear", "constant", "wsd")
 RECOMPUTE = ("none", "selective", "full")
 PIPELINE_SCHEDULES = ("1f1b", "zero_bubble")
 DEVICES = ("cpu", "ascend")
 LAUNCHERS = ("auto", "local", "msrun", "print")
+# What the installed MindFormers 1.9.0 trains for each of our architectures (see
+# pretrain/model/mindformers_config.py for the classes).
+ARCHS = ("llama", "qwen3")
 
 
 def phases(cfg: DictConfig) -> List[DictConfig]:
@@ -28,8 +41,35 @@ def num_devices(hw) -> int:
     return int(hw.devices_per_node) * int(hw.num_nodes)
 
 
+def phase_tokens(cfg: DictConfig, phase: Any) -> float:
+    """phase.tokens, or token_fraction x train.total_tokens."""
+    if phase.tokens is not None:
+        return float(phase.tokens)
+    return float(phase.token_fraction or 0.0) * float(cfg.train.total_tokens)
+
+
+def phase_steps(cfg: DictConfig, phase: Any) -> int:
+    """round(phase tokens / (global batch x seq)): the optimizer steps the phase trains."""
+    per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
+    return int(round(phase_tokens(cfg, phase) / per_step))
+
+
+# ---------------------------------------------------------------- verdicts
+
 def problems(cfg: DictConfig) -> List[str]:
+    """What is wrong with the config itself. Values out of range come alone: the cross-field rules
+    assume sane numbers (no zero head count to divide by)."""
+    out_of_range = list(ranges.problems(cfg))
+    if out_of_range:
+        return out_of_range
     return [*_layout(cfg), *_model(cfg), *_batch(cfg), *_phases(cfg), *_data(cfg), *_run(cfg)]
+
+
+def layout_problems(cfg: DictConfig) -> List[str]:
+    """The rules that a change of cfg.parallel alone can break: for trying other layouts on a config
+    that passed problems()."""
+    return (list(ranges.problems_of(cfg.parallel, _schema().ParallelConfig, "parallel"))
+            or [*_layout(cfg), *_model(cfg), *_batch(cfg)])
 
 
 def check(cfg: DictConfig) -> None:
@@ -38,34 +78,96 @@ def check(cfg: DictConfig) -> None:
         raise PretrainConfigError("\n".join(found))
 
 
+def training_problems(cfg: DictConfig) -> List[str]:
+    """What keeps a sound config from training here (so it is "plan only")."""
+    return [*_engine(cfg), *_mindformers(cfg)]
+
+
+def memory_problems(cfg: DictConfig, plan: Any) -> List[str]:
+    """A launch whose planned peak memory exceeds the device, with the layouts that do fit."""
+    if plan.fits or cfg.plan.ignore_memory:
+        return []
+    from pretrain.plan.planner import largest_part, memory_cure
+    from pretrain.plan.suggest import fitting_layouts
+    largest, gb = largest_part(plan.peak)
+    fits = fitting_layouts(cfg)
+    offer = ("these fit: " + "; ".join(s.describe() for s in fits)) if fits else (
+        f"no option in conf/parallel fits model={cfg.model.name} on hardware={cfg.hardware.name}")
+    who = "each device" if plan.peak.stage == "only" else f"the {plan.peak.stage} pipeline stage"
+    return [f"plan: {who} needs {plan.peak_gb:.1f} GB > {plan.capacity_gb:g} GB per device of "
+            f"hardware={cfg.hardware.name}; largest part {largest} {gb:.1f} GB "
+            f"({memory_cure(plan.layout, largest)}); {offer} (plan.ignore_memory=true launches anyway)"]
+
+
+def verdict(cfg: DictConfig, plan: Any) -> Tuple[str, List[str]]:
+    """What a launch of a config that passed check() does, as a dry run and a sweep row say it:
+    ("ok", []), or ("plan only" | "does not fit", the lines that refuse the launch)."""
+    plan_only, too_big = training_problems(cfg), memory_problems(cfg, plan)
+    return ("does not fit" if too_big else "plan only" if plan_only else "ok"), [*plan_only, *too_big]
+
+
+def check_trainable(cfg: DictConfig) -> None:
+    """For code paths without a plan (the ranks): refuse what nothing here trains."""
+    found = training_problems(cfg)
+    if found:
+        raise PretrainConfigError("\n".join(found))
+
+
+def check_data_config(d: DictConfig) -> None:
+    """The data block alone (for `python -m pretrain.data`, which has no model to compare with)."""
+    found = list(ranges.problems_of(d, _schema().DataConfig, "data")) or list(_data_alone(d))
+    if found:
+        raise PretrainConfigError("\n".join(found))
+
+
+def check_prepared(cfg: DictConfig, prepared: Dict[str, Any]) -> None:
+    """Prepared datasets (known only after preparation) against the model: sequence length and the
+    tokenizer's real vocabulary."""
+    from pretrain.data.prepare import tokenizer_vocab_size
+    for name, prep in prepared.items():
+        if int(prep.seq_length) != int(cfg.model.seq_length):
+            raise PretrainDataError(
+                f"dataset {name} in {prep.dir} is packed for seq_length {prep.seq_length}, model.seq_length is "
+                f"{cfg.model.seq_length}: set data.seq_length={cfg.model.seq_length} so it is re-packed, or use a "
+                f"model of that length")
+    for path in sorted({str(prep.tokenizer_path) for prep in prepared.values()}):
+        vocab = tokenizer_vocab_size(path)
+        if vocab != int(cfg.model.vocab_size):
+            raise PretrainDataError(
+                f"tokenizer {path} has a vocabulary of {vocab}, model.vocab_size is {cfg.model.vocab_size}: set "
+                f"model.vocab_size={vocab} or use a tokenizer of {cfg.model.vocab_size} pieces")
+
+
+def _schema():
+    from pretrain.config import schema
+    return schema
+
+
+# ---------------------------------------------------------------- the config itself
+
 def _layout(cfg) -> Iterator[str]:
     p, hw = cfg.parallel, cfg.hardware
-    for key in ("dp", "tp", "pp", "ep", "cp", "vpp", "micro_batch_size"):
-        if p[key] < 1:
-            yield f"parallel.{key}={p[key]} must be >= 1 (parallel={p.name})"
-    if any(p[k] < 1 for k in ("dp", "tp", "pp", "cp")):
-        return
     used, have = p.dp * p.tp * p.pp * p.cp, num_devices(hw)
     if used != have:
         free = f"; {have - used} devices would sit idle" if used < have else ""
         yield (f"parallel: dp({p.dp}) * tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {used} != devices({have}) "
                f"of hardware={hw.name} ({hw.devices_per_node} per node x {hw.num_nodes} nodes){free}; "
                f"pick a parallel layout for {have} devices or a hardware option with {used}")
-    if p.zero_stage not in (0, 1, 2, 3):
-        yield f"parallel.zero_stage={p.zero_stage} must be 0, 1, 2 or 3 (parallel={p.name})"
     if p.recompute not in RECOMPUTE:
         yield f"parallel.recompute={p.recompute!r} must be one of {', '.join(RECOMPUTE)}"
     if p.pipeline_schedule not in PIPELINE_SCHEDULES:
         yield f"parallel.pipeline_schedule={p.pipeline_schedule!r} must be one of {', '.join(PIPELINE_SCHEDULES)}"
+    elif p.pipeline_schedule == "zero_bubble" and p.vpp != 2:
+        yield (f"parallel.pipeline_schedule=zero_bubble with parallel.vpp={p.vpp}: MindSpore's zero-bubble "
+               f"schedule is ZB-V, two virtual stages per rank; set parallel.vpp=2 or pipeline_schedule=1f1b")
     if p.vpp > 1 and p.pp == 1:
         yield f"parallel.vpp={p.vpp} needs pipeline parallel: pp(1) has no stages to interleave"
     if p.sequence_parallel and p.tp == 1:
         yield "parallel.sequence_parallel=true needs tp > 1: it shards activations over the tensor-parallel group (tp=1)"
     if hw.device not in DEVICES:
         yield f"hardware.device={hw.device!r} must be one of {', '.join(DEVICES)}"
-    elif hw.device == "cpu" and (p.tp > 1 or p.pp > 1 or p.cp > 1 or p.ep > 1) and not cfg.dry_run:
-        yield (f"parallel={p.name}: tp({p.tp}) pp({p.pp}) cp({p.cp}) ep({p.ep}) cannot run on hardware.device=cpu "
-               f"(MindSpore's semi-auto parallel needs Ascend/GPU); plan it with dry_run=true or use an ascend hardware")
+    if hw.precision not in ("bf16", "fp32"):
+        yield f"hardware.precision={hw.precision!r} must be bf16 or fp32"
 
 
 def _model(cfg) -> Iterator[str]:
@@ -74,40 +176,37 @@ def _model(cfg) -> Iterator[str]:
         yield f"model.hidden_size({m.hidden_size}) % model.num_heads({m.num_heads}) != 0; set model.head_dim explicitly"
     if m.num_heads % m.num_kv_heads:
         yield f"model.num_heads({m.num_heads}) % model.num_kv_heads({m.num_kv_heads}) != 0 (grouped-query attention)"
-    if p.tp >= 1:
-        for key in ("num_heads", "num_kv_heads", "vocab_size"):
-            if m[key] % p.tp:
-                yield (f"model.{key}({m[key]}) % parallel.tp({p.tp}) = {m[key] % p.tp}: tensor parallel splits "
-                       f"{key.replace('num_', '').replace('_', ' ')} evenly (model={m.name}, parallel={p.name})")
-        if m.ffn_hidden_size % p.tp:
-            yield f"model.ffn_hidden_size({m.ffn_hidden_size}) % parallel.tp({p.tp}) != 0 (model={m.name})"
+    for key in ("num_heads", "num_kv_heads", "vocab_size"):
+        if m[key] % p.tp:
+            yield (f"model.{key}({m[key]}) % parallel.tp({p.tp}) = {m[key] % p.tp}: tensor parallel splits "
+                   f"{key.replace('num_', '').replace('_', ' ')} evenly (model={m.name}, parallel={p.name})")
+    if m.ffn_hidden_size % p.tp:
+        yield f"model.ffn_hidden_size({m.ffn_hidden_size}) % parallel.tp({p.tp}) != 0 (model={m.name})"
     yield from _pipeline_split(m, p)
     if m.num_experts:
         if not 1 <= m.num_experts_per_token <= m.num_experts:
             yield f"model.num_experts_per_token({m.num_experts_per_token}) must be in 1..num_experts({m.num_experts})"
-        if p.ep >= 1 and m.num_experts % p.ep:
+        if m.num_experts % p.ep:
             yield f"model.num_experts({m.num_experts}) % parallel.ep({p.ep}) != 0 (model={m.name}, parallel={p.name})"
-        if p.ep >= 1 and p.dp >= 1 and (p.dp * p.cp) % p.ep:
+        if (p.dp * p.cp) % p.ep:
             yield f"parallel.ep({p.ep}) must divide dp({p.dp}) * cp({p.cp}) = {p.dp * p.cp}: experts are sharded inside the data-parallel group"
     elif p.ep > 1:
         yield f"parallel.ep={p.ep} but model={m.name} is dense (model.num_experts=0): use ep=1 or a MoE model"
     if m.seq_length > m.max_position_embeddings:
         yield f"model.seq_length({m.seq_length}) > model.max_position_embeddings({m.max_position_embeddings}) (model={m.name})"
-    if p.cp >= 1 and m.seq_length % (2 * p.cp) and p.cp > 1:
+    if p.cp > 1 and m.seq_length % (2 * p.cp):
         yield f"model.seq_length({m.seq_length}) % (2 * parallel.cp({p.cp})) != 0: context parallel splits each sequence into 2*cp chunks"
     if m.init_method not in ("normal", "tiny"):
         yield f"model.init_method={m.init_method!r} must be normal or tiny"
-    if m.arch not in ("llama", "qwen3"):
-        yield f"model.arch={m.arch!r} must be llama or qwen3"
+    if m.arch not in ARCHS:
+        yield f"model.arch={m.arch!r} must be one of {', '.join(ARCHS)}"
 
 
 def _pipeline_split(m, p) -> Iterator[str]:
-    if p.pp < 1 or p.vpp < 1:
-        return
     stages = p.pp * p.vpp
     if p.pipeline_layers is not None:
         split = list(p.pipeline_layers)
-        if len(split) != stages or sum(split) != m.num_layers or min(split) < 1:
+        if len(split) != stages or sum(split) != m.num_layers or min(split, default=0) < 1:
             yield (f"parallel.pipeline_layers={split}: needs pp({p.pp}) * vpp({p.vpp}) = {stages} entries >= 1 "
                    f"summing to model.num_layers({m.num_layers}); sum is {sum(split)}, {len(split)} entries")
     elif m.num_layers % stages:
@@ -119,21 +218,12 @@ def _pipeline_split(m, p) -> Iterator[str]:
 def _batch(cfg) -> Iterator[str]:
     t, p = cfg.train, cfg.parallel
     per_step = p.micro_batch_size * p.dp
-    if per_step >= 1 and t.global_batch_size % per_step:
+    if t.global_batch_size % per_step:
         yield (f"train.global_batch_size({t.global_batch_size}) % (parallel.micro_batch_size({p.micro_batch_size}) * "
                f"dp({p.dp}) = {per_step}) = {t.global_batch_size % per_step}: gradient accumulation needs a whole number")
-    elif per_step >= 1 and p.vpp > 1 and (t.global_batch_size // per_step) % p.pp:
+    elif p.vpp > 1 and (t.global_batch_size // per_step) % p.pp:
         yield (f"train.grad_accum({t.global_batch_size // per_step}) % parallel.pp({p.pp}) != 0: the interleaved "
                f"schedule (vpp={p.vpp}) needs micro-batches in multiples of pp")
-    for key in ("lr_peak", "total_tokens"):
-        if not t[key] > 0:
-            yield f"train.{key}={t[key]} must be > 0"
-    if t.keep_checkpoint_max < 1:
-        yield f"train.keep_checkpoint_max={t.keep_checkpoint_max} must be >= 1 (the newest checkpoint is the resume point)"
-    if t.grad_clip < 0 or not 0 <= t.weight_decay < 1:
-        yield f"train.grad_clip({t.grad_clip}) must be >= 0 and train.weight_decay({t.weight_decay}) in [0, 1)"
-    if not 0 < t.efficiency <= 1:
-        yield f"train.efficiency={t.efficiency} must be in (0, 1]: it is the assumed fraction of peak FLOP/s"
 
 
 def _phases(cfg) -> Iterator[str]:
@@ -141,25 +231,22 @@ def _phases(cfg) -> Iterator[str]:
     fraction_sum = sum(ph.token_fraction or 0 for ph in plist)
     if len(plist) > 1 and fraction_sum > 1 + 1e-9:
         yield f"phase.*.token_fraction sums to {fraction_sum:g} > 1: the phases would train past train.total_tokens"
+    per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
     for i, ph in enumerate(plist):
         key = "phase" if len(plist) == 1 else f"phase.{ph.name}"
         if (ph.token_fraction is None) == (ph.tokens is None):
             yield f"{key}: set exactly one of token_fraction ({ph.token_fraction}) and tokens ({ph.tokens})"
-        elif ph.token_fraction is not None and not 0 < ph.token_fraction <= 1:
-            yield f"{key}.token_fraction={ph.token_fraction} must be in (0, 1]"
-        elif ph.tokens is not None and not ph.tokens > 0:
-            yield f"{key}.tokens={ph.tokens} must be > 0"
+        elif phase_steps(cfg, ph) < 1:
+            yield (f"{key}: {phase_tokens(cfg, ph):.0f} tokens < one step of train.global_batch_size"
+                   f"({cfg.train.global_batch_size}) x model.seq_length({cfg.model.seq_length}) = {per_step} tokens; "
+                   f"raise train.total_tokens or the phase's tokens")
         lr = ph.lr
         if lr.schedule not in LR_SCHEDULES:
             yield f"{key}.lr.schedule={lr.schedule!r} must be one of {', '.join(LR_SCHEDULES)}"
         if lr.peak is None and i == 0 and ph.name == "general":
             yield f"{key}.lr.peak is null: the first phase has no previous LR to continue from; set a value"
-        if lr.peak is not None and not 0 < lr.peak <= 1:
-            yield f"{key}.lr.peak={lr.peak} must be in (0, 1]"
-        if not 0 <= lr.end <= (lr.peak if lr.peak is not None else 1):
+        if lr.peak is not None and lr.end > lr.peak:
             yield f"{key}.lr.end={lr.end} must be in [0, lr.peak({lr.peak})]: a phase decays, it does not climb"
-        if not 0 <= lr.warmup_fraction < 1:
-            yield f"{key}.lr.warmup_fraction={lr.warmup_fraction} must be in [0, 1)"
         if not ph.mix:
             yield f"{key}.mix is empty: name at least one of data.sources ({', '.join(cfg.data.sources)})"
         for name, weight in ph.mix.items():
@@ -174,24 +261,35 @@ def _data(cfg) -> Iterator[str]:
     d, m = cfg.data, cfg.model
     if d.seq_length != m.seq_length:
         yield f"data.seq_length({d.seq_length}) != model.seq_length({m.seq_length}): packed samples must match the model"
-    if d.packing not in ("best_fit", "concat"):
-        yield f"data.packing={d.packing!r} must be best_fit or concat"
-    if not 0 <= d.val_fraction < 1:
-        yield f"data.val_fraction={d.val_fraction} must be in [0, 1)"
-    if d.num_shards < 1:
-        yield f"data.num_shards={d.num_shards} must be >= 1"
+    if d.tokenizer.vocab_size != m.vocab_size:
+        yield f"data.tokenizer.vocab_size({d.tokenizer.vocab_size}) != model.vocab_size({m.vocab_size})"
+    yield from _data_alone(d)
+
+
+def _data_alone(d) -> Iterator[str]:
+    if not d.sources:
+        yield "data.sources is empty: name at least one source (data.sources.NAME.paths=[dir/or/*.jsonl])"
+    from pretrain.data.clean import FORMS
+    from pretrain.data.pack import METHODS
+    if d.packing not in METHODS:
+        yield f"data.packing={d.packing!r} must be one of {', '.join(METHODS)}"
+    if d.clean.normalize not in FORMS:
+        yield f"data.clean.normalize={d.clean.normalize!r} must be one of {', '.join(FORMS)}"
     if d.tokenizer.path is None and not d.tokenizer.train:
         yield "data.tokenizer: no path and train=false; give data.tokenizer.path=... or set data.tokenizer.train=true"
     elif d.tokenizer.path is not None and not Path(d.tokenizer.path).is_file():
         yield f"data.tokenizer.path: no such file {d.tokenizer.path!r}"
-    if d.tokenizer.vocab_size != m.vocab_size:
-        yield f"data.tokenizer.vocab_size({d.tokenizer.vocab_size}) != model.vocab_size({m.vocab_size})"
     for name, src in d.sources.items():
-        if src.builtin is None and not src.paths:
+        if src.builtin is not None:
+            from pretrain.data.sample import BUILTINS
+            if src.builtin not in BUILTINS:
+                yield (f"data.sources.{name}.builtin={src.builtin!r} must be one of {', '.join(BUILTINS)} "
+                       f"(or null with paths)")
+        elif not src.paths:
             yield f"data.sources.{name}: no paths and no builtin generator; give data.sources.{name}.paths=[...]"
         for path in src.paths:
             if not _exists(path):
-                yield f"data.sources.{name}.paths: no such file or directory {path!r}"
+                yield f"data.sources.{name}.paths: no such file or directory {path!r} (relative to {Path.cwd()})"
 
 
 def _exists(path: str) -> bool:
@@ -207,3 +305,49 @@ def _run(cfg) -> Iterator[str]:
     elif cfg.launcher == "local" and num_devices(cfg.hardware) > 1:
         yield (f"launcher=local trains in this one process, but hardware={cfg.hardware.name} has "
                f"{num_devices(cfg.hardware)} devices; use launcher=auto (msrun)")
+
+
+# ---------------------------------------------------------------- what trains it
+
+def _engine(cfg) -> Iterator[str]:
+    """Our loop (pretrain/train) runs one device or plain data parallel: with tp/pp/cp/ep > 1 it would
+    run micro-batches as separate graph calls (no pipeline schedule) and check norms per shard, and
+    with ZeRO every rank would load rank 0's whole checkpoint."""
+    p, hw = cfg.parallel, cfg.hardware
+    split = [f"{k}({p[k]})" for k in ("tp", "pp", "cp", "ep") if p[k] > 1]
+    if split:
+        where = ("; MindSpore refuses model parallelism on CPU anyway" if hw.device == "cpu" else "")
+        yield (f"parallel={p.name}: {' '.join(split)} > 1: this project's training loop runs one device or "
+               f"plain data parallel only, and the MindFormers trainer engine for model parallelism is not "
+               f"wired yet{where}: plan only (dry_run=true plans it; sweeps rank it)")
+    if p.zero_stage > 0:
+        yield (f"parallel.zero_stage={p.zero_stage}: ZeRO is MindSpore's optimizer parallel, which this project's "
+               f"training loop does not run (every rank keeps the full optimizer); set parallel.zero_stage=0 "
+               f"to train, or plan it with dry_run=true")
+
+
+def _mindformers(cfg) -> Iterator[str]:
+    """What the installed MindFormers 1.9.0 training graph cannot train, or would silently build
+    differently, and what has no CPU kernel."""
+    m, hw = cfg.model, cfg.hardware
+    moe = int(m.num_experts or 0) > 0
+    if m.arch == "qwen3" and not m.qk_layernorm:
+        yield ("model.arch=qwen3 with model.qk_layernorm=false: MindFormers' Qwen3 training class always "
+               "builds QK-norm; use arch=llama for a model without it")
+    if m.arch == "llama" and m.tie_embeddings:
+        yield ("model.tie_embeddings=true with model.arch=llama: MindFormers 1.9.0's class for that layout "
+               "(TeleChat3ForCausalLM) never ties the head; set model.tie_embeddings=false or use arch=qwen3")
+    if m.sandwich_norm:
+        yield ("model.sandwich_norm=true: the mindformers 1.9.0 training graph (parallel_core.training_graph "
+               "TransformerLayer) has no post-attention/post-MLP norm, so it would train without DSSN; the "
+               "switch is exported to mindformers.yaml only; set model.sandwich_norm=false to train here")
+    if moe and hw.device == "cpu":
+        yield (f"model.num_experts={m.num_experts} on hardware.device=cpu: MindFormers' MoE layers use Ascend "
+               f"kernels (TopkExt, grouped matmul) with no CPU kernel; train MoE models on an ascend hardware "
+               f"option (mindformers.yaml export and planning work anywhere)")
+    if moe and float(cfg.train.z_loss) > 0:
+        yield (f"train.z_loss={cfg.train.z_loss} with model.num_experts={m.num_experts}: z-loss is computed "
+               f"from the model's logits, a path without MindFormers' MoE balance loss; set train.z_loss=0")
+    if hw.device == "cpu" and hw.precision != "fp32":
+        yield (f"hardware.precision={hw.precision} on hardware.device=cpu: the CPU graph runs in fp32 only "
+               f"(bf16 fails or is slower); set hardware.precision=fp32")

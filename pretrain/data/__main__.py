@@ -28,7 +28,8 @@ def _app(cfg: DictConfig) -> None:
     try:
         prepared = prepare(cfg.data)
     except (PretrainDataError, PretrainConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
     print(summary_table(prepared))
 

@@ -18,11 +18,11 @@ from typing import Dict, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config.errors import PretrainDataError
+from pretrain.config.validate import check_data_config
 from pretrain.data import tokenizer as tokenizers
 from pretrain.data.fsutil import publish_dir, temp_dir_for, write_json_atomic
 from pretrain.data.hashing import digest, file_sha256
 from pretrain.data.manifest import LAYOUT, check
-from pretrain.data.pack import METHODS
 from pretrain.data.sources import fingerprint, resolve_files
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
@@ -68,34 +68,16 @@ def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
     """All sources of `data_cfg`, each a Prepared (built now, or reused from the cache).
     progress: tqdm bars on the long stages (only when stderr is a terminal) and a line when a
     tokenizer is trained."""
-    _check(data_cfg)
+    check_data_config(data_cfg)   # the same rules `python -m pretrain` checks before it gets here
     cache = Path(str(data_cfg.cache_dir)).expanduser()
     sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
     tok_path = _tokenizer(data_cfg, sources, cache, progress)
     return {s.name: _dataset(s, tok_path, data_cfg, cache, progress) for s in sources}
 
 
-def _check(cfg) -> None:
-    if not cfg.sources:
-        raise PretrainDataError("data.sources: empty (name at least one source: name: {paths: [...]})")
-    if cfg.packing not in METHODS:
-        raise PretrainDataError(f"data.packing: unknown method {cfg.packing!r} (one of {', '.join(METHODS)})")
-    if cfg.seq_length < 2 or cfg.num_shards < 1:
-        raise PretrainDataError(f"data.seq_length={cfg.seq_length}, data.num_shards={cfg.num_shards}: "
-                                f"need seq_length >= 2 and num_shards >= 1")
-    if not 0.0 <= cfg.val_fraction < 1.0:
-        raise PretrainDataError(f"data.val_fraction={cfg.val_fraction}: must be in [0, 1)")
-
-
 def _plan(name: str, src, cfg) -> _Source:
     from pretrain.data import sample
-    if src.builtin and src.builtin not in sample.BUILTINS:
-        raise PretrainDataError(f"data.sources.{name}.builtin: unknown {src.builtin!r} "
-                                f"(one of {', '.join(sample.BUILTINS)}, or null with paths)")
     files = resolve_files(name, list(src.paths)) if src.paths else []
-    if not files and not src.builtin:
-        raise PretrainDataError(f"data.sources.{name}: no paths and no builtin "
-                                f"(set data.sources.{name}.paths=[dir/or/*.jsonl])")
     inputs = {"files": fingerprint(files),
               "builtin": sample.fingerprint(src.builtin) if src.builtin else None}
     key = digest({"v": VERSION, "inputs": inputs, "text_field": src.text_field, "clean": _plain(cfg.clean),
@@ -123,9 +105,6 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
     tcfg = cfg.tokenizer
     if tcfg.path:
         return tokenizers.check_given(str(tcfg.path))
-    if not tcfg.train:
-        raise PretrainDataError("data.tokenizer: path is null and train is false (set data.tokenizer.path="
-                                "path/to/tokenizer.model, or data.tokenizer.train=true to train one)")
     key = digest({"v": VERSION, "clean": sorted(s.clean_key for s in sources), "tokenizer": _plain(tcfg)})
     final = cache / "tokenizers" / key[:16]
     if (final / "tokenizer.model").is_file():

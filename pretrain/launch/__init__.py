@@ -42,8 +42,7 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
             f"plan it here with dry_run=true and launch on the cluster")
     from pretrain.data.manifest import summary_table
     from pretrain.data.prepare import prepare
-    from pretrain.model.builder import check_trainable, prepare_environment
-    check_trainable(cfg)   # what every rank would refuse, refused before the data and msrun start
+    from pretrain.model.builder import prepare_environment
     prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
     print(summary_table(prepare(cfg.data)), flush=True)   # once, before any rank starts: ranks only read the cache
     if in_process:

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig
 
-from pretrain.config.errors import PretrainConfigError
+from pretrain.config import validate
 from pretrain.model import mindformers_config
 
 
@@ -61,46 +61,9 @@ def init_runtime(cfg: DictConfig) -> None:
         cpu_compat.apply()
 
 
-def check_trainable(cfg: DictConfig) -> None:
-    """Refuse, before anything slow runs, what the installed MindFormers training graph cannot
-    train or would silently build differently."""
-    mindformers_config.model_class(cfg.model)
-    if cfg.model.sandwich_norm:
-        raise PretrainConfigError(
-            "model.sandwich_norm=true: the mindformers 1.9.0 training graph (parallel_core.training_graph "
-            "TransformerLayer) has no post-attention/post-MLP norm, so it would train without DSSN; the "
-            "switch is exported to mindformers.yaml only; set model.sandwich_norm=false to train here"
-        )
-    moe = int(cfg.model.num_experts or 0) > 0
-    if moe and cfg.hardware.device == "cpu":
-        raise PretrainConfigError(
-            f"model.num_experts={cfg.model.num_experts} on hardware.device=cpu: MindFormers' MoE layers use "
-            "Ascend kernels (TopkExt, grouped matmul) with no CPU kernel; train MoE models on an ascend "
-            "hardware option (mindformers.yaml export and planning work anywhere)"
-        )
-    if moe and float(cfg.train.z_loss) > 0:
-        raise PretrainConfigError(
-            f"train.z_loss={cfg.train.z_loss} with model.num_experts={cfg.model.num_experts}: z-loss is "
-            "computed from the model's logits, a path without MindFormers' MoE balance loss; "
-            "set train.z_loss=0"
-        )
-    if cfg.hardware.device == "cpu" and int(cfg.parallel.zero_stage) > 0 and int(cfg.parallel.dp) > 1:
-        raise PretrainConfigError(
-            f"parallel.zero_stage={cfg.parallel.zero_stage} on hardware.device=cpu: data parallel on CPU "
-            "all-reduces full gradients into a full optimizer on every rank; ZeRO sharding is MindSpore's "
-            "optimizer parallel on Ascend; set parallel.zero_stage=0 here (plan it with dry_run=true)"
-        )
-    if cfg.hardware.device == "cpu" and cfg.hardware.precision != "fp32":
-        raise PretrainConfigError(
-            f"hardware.precision={cfg.hardware.precision} on hardware.device=cpu: the "
-            "CPU graph runs in fp32 only (bf16 fails or is slower); set "
-            "hardware.precision=fp32"
-        )
-
-
 def build_model(cfg: DictConfig, pad_token_id: int = 0) -> Any:
     """The registered MindFormers Mcore training model for cfg.model, in training mode."""
-    check_trainable(cfg)
+    validate.check_trainable(cfg)
     init_runtime(cfg)
     block = mindformers_config.model_config(cfg, pad_token_id=pad_token_id)
     net = build_from_block(block, parallel_default_args(cfg))

@@ -99,6 +99,15 @@ class CheckpointPlan:
 
 
 @dataclass(frozen=True)
+class Target:
+    days: float                  # plan.target_days
+    dp: int                      # the data-parallel size that finishes in time (same tp, pp, cp) ...
+    devices: int                 # ... and the devices it takes
+    max_dp: int                  # global batch / micro-batch: dp cannot grow past this
+    reachable: bool
+
+
+@dataclass(frozen=True)
 class Plan:
     model: str
     parallel: str
@@ -129,6 +138,8 @@ class Plan:
     phases: Tuple[PhaseDays, ...]
     total_days: float
     checkpoint: CheckpointPlan
+    efficiency: float            # train.efficiency: the assumed share of peak FLOP/s while computing
+    target: Optional["Target"]   # the devices that finish within plan.target_days
     warnings: Tuple[str, ...]
 
     @property
@@ -309,6 +320,9 @@ def plan(cfg: Any) -> Plan:
     ckpt = _checkpoint(cfg, lay, peak, step_s)
 
     fits = peak.total_gb <= capacity
+    total_days = sum(p.days for p in days)
+    target_days = _get(_get(cfg, "plan"), "target_days")
+    target = _target(cfg, lay, total_days, float(target_days)) if target_days else None
     naive_note = (f"fully sharded model states alone are {naive:.3g} GB/device "
                   f"(P x {w + o:.0f} B / {lay.devices} devices); that figure ignores gradients, "
                   f"activations and logits: the peak stage needs {peak.total_gb:.3g} GB")
@@ -320,20 +334,23 @@ def plan(cfg: Any) -> Plan:
                 fits=fits, headroom_gb=capacity - peak.total_gb, naive_states_gb=naive, naive_note=naive_note,
                 bubble=bubble, comm=comm, tokens_per_step=tokens_per_step, compute_s=compute_s, step_s=step_s,
                 tokens_per_s_device=_div(tok_s, lay.devices), tokens_per_s=tok_s, mfu=mfu,
-                hfu=mfu * recompute_factor, phases=days, total_days=sum(p.days for p in days),
-                checkpoint=ckpt, warnings=tuple(warnings))
+                hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
+                efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings))
+
+
+def _target(cfg: Any, lay: Layout, days: float, target_days: float) -> Target:
+    """More data-parallel replicas of the same layout, assuming the step time per replica holds (the
+    global batch is split over more replicas, so each does less; a first-order estimate)."""
+    model_parallel = lay.tp * lay.pp * lay.cp
+    max_dp = max(int(_div(float(_get(cfg.train, "global_batch_size", 1)), lay.micro_batch)), 1)
+    dp = max(math.ceil(lay.dp * _div(days, target_days)), 1)
+    return Target(target_days, min(dp, max_dp), min(dp, max_dp) * model_parallel, max_dp, dp <= max_dp)
 
 
 def _warnings(cfg: Any, lay: Layout, peak: StageMemory, capacity: float, naive: float, bubble: float,
               comm: Comm, step_s: float, ckpt: CheckpointPlan) -> List[str]:
     out = []
-    if peak.total_gb > capacity:
-        parts = {"model states": peak.weights_gb + peak.grads_gb + peak.optimizer_gb,
-                 "activations": peak.activations_gb, "logits": peak.logits_gb}
-        biggest = max(parts, key=parts.get)
-        out.append(f"does not fit: {peak.stage} stage needs {peak.total_gb:.1f} GB > {capacity:g} GB per "
-                   f"device (by {peak.total_gb - capacity:.1f} GB); largest part {biggest} "
-                   f"{parts[biggest]:.1f} GB: {_memory_cure(lay, biggest)}")
+    if peak.total_gb > capacity:   # the refusal itself is validate.memory_problems' line
         if naive <= capacity:
             out.append(f"the fully sharded states figure ({naive:.1f} GB/device) fits, but it ignores "
                        f"gradients, activations and logits")
@@ -355,7 +372,14 @@ def _warnings(cfg: Any, lay: Layout, peak: StageMemory, capacity: float, naive: 
     return out
 
 
-def _memory_cure(lay: Layout, biggest: str) -> str:
+def largest_part(peak: StageMemory) -> Tuple[str, float]:
+    parts = {"model states": peak.weights_gb + peak.grads_gb + peak.optimizer_gb,
+             "activations": peak.activations_gb, "logits": peak.logits_gb}
+    biggest = max(parts, key=parts.get)
+    return biggest, parts[biggest]
+
+
+def memory_cure(lay: Layout, biggest: str) -> str:
     """What to change, for the part of memory that dominates, skipping what the layout already does."""
     if biggest == "model states":
         return "raise parallel.zero_stage, tp or pp" if lay.zero_stage < 3 else "more tp, pp or devices"

@@ -52,6 +52,15 @@ def _checkpoint(ck: Any) -> str:
                    f"(~{ck.interval_steps:.0f} steps), {ck.overhead:.1%} time lost to saves + failures")
 
 
+def _target(t: Any, lay: Any) -> str:
+    head = f"target     {t.days:g} days: "
+    if not t.reachable:
+        return head + (f"not reachable by data parallelism alone: dp is capped at {t.max_dp} by the global batch "
+                       f"({t.devices} devices); raise train.global_batch_size or the model-parallel degrees")
+    return head + (f"{t.devices} devices (dp{t.dp} x tp{lay.tp} pp{lay.pp} cp{lay.cp}), assuming the step time "
+                   f"per replica holds")
+
+
 def format_plan(plan: Any) -> str:
     lay = plan.layout
     layout = (f"layout     dp{lay.dp} tp{lay.tp} pp{lay.pp} vpp{lay.vpp} cp{lay.cp} ep{lay.ep} = "
@@ -69,10 +78,12 @@ def format_plan(plan: Any) -> str:
         f"step       {_duration(plan.step_s)} (compute {_duration(plan.compute_s)}, "
         f"bubble {plan.bubble:.1%}, exposed comm {_duration(plan.comm.exposed_s)})",
         f"throughput {_si(plan.tokens_per_s_device)} tokens/s/device, "
-        f"{_si(plan.tokens_per_s)} tokens/s total, MFU {plan.mfu:.1%}{hfu}",
+        f"{_si(plan.tokens_per_s)} tokens/s total, MFU {plan.mfu:.1%}{hfu} (assumed: "
+        f"train.efficiency={plan.efficiency:g} of peak while computing, less bubble and exposed comm)",
         _comm(plan.comm),
         "time       " + " | ".join(f"{p.name} {_duration(p.days * 86400)} ({_si(p.tokens)} tokens)"
                                   for p in plan.phases) + f" | total {_duration(plan.total_days * 86400)}",
+        *([_target(plan.target, plan.layout)] if plan.target else []),
         _checkpoint(plan.checkpoint),
         *(f"warning    {w}" for w in plan.warnings),
     ]

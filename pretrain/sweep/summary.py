@@ -17,7 +17,7 @@ from pretrain.io import write_atomic
 COLUMNS = ["job", "label", "status", "peak_gb", "capacity_gb", "weights_gb", "grads_gb",
            "optimizer_gb", "activations_gb", "bubble", "step_s", "tokens_per_s", "mfu",
            "total_days", "measured_tokens_per_s", "reason", "overrides"]
-STATUS_ORDER = {"ok": 0, "does not fit": 1, "invalid": 2}
+STATUS_ORDER = {"ok": 0, "plan only": 1, "does not fit": 2, "invalid": 3}
 
 
 def plan_row(plan: Any) -> Dict[str, Any]:

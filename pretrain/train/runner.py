@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.config.errors import PretrainConfigError, PretrainDataError
-from pretrain.config.validate import phases
+from pretrain.config import validate
+from pretrain.config.validate import check_prepared, phase_steps, phases
 from pretrain.io import write_atomic
 from pretrain.model import builder, mindformers_config
 from pretrain.plan.planner import flops_per_token, model_shape
@@ -59,48 +59,9 @@ def architecture_hash(arch: Dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def phase_steps(cfg: DictConfig, phase: Any) -> int:
-    """round(phase tokens / (global batch × seq)); phase tokens = phase.tokens or token_fraction × total."""
-    tokens = (
-        float(phase.tokens)
-        if phase.tokens is not None
-        else float(phase.token_fraction) * float(cfg.train.total_tokens)
-    )
-    per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
-    steps = int(round(tokens / per_step))
-    if steps < 1:
-        raise PretrainConfigError(
-            f"phase {phase.name}: {tokens:.0f} tokens < one step of train.global_batch_size"
-            f"({cfg.train.global_batch_size}) x model.seq_length({cfg.model.seq_length}) = "
-            f"{per_step} tokens; raise train.total_tokens or the phase's tokens"
-        )
-    return steps
-
-
 def previous_phase(name: str) -> Optional[str]:
     """The curriculum phase a phase run alone continues from (None for the first)."""
     return CURRICULUM[CURRICULUM.index(name) - 1] if name in CURRICULUM[1:] else None
-
-
-def check_data(cfg: DictConfig, prepared: Dict[str, Any]) -> None:
-    """One-line errors naming both values when the prepared data does not fit the model."""
-    from pretrain.data.prepare import tokenizer_vocab_size
-
-    for name, prep in prepared.items():
-        if int(prep.seq_length) != int(cfg.model.seq_length):
-            raise PretrainDataError(
-                f"dataset {name} in {prep.dir} is packed for seq_length {prep.seq_length}, "
-                f"model.seq_length is {cfg.model.seq_length}: set data.seq_length="
-                f"{cfg.model.seq_length} so it is re-packed, or use a model of that length"
-            )
-    for path in sorted({str(prep.tokenizer_path) for prep in prepared.values()}):
-        vocab = tokenizer_vocab_size(path)
-        if vocab != int(cfg.model.vocab_size):
-            raise PretrainDataError(
-                f"tokenizer {path} has a vocabulary of {vocab}, model.vocab_size is "
-                f"{cfg.model.vocab_size}: set model.vocab_size={vocab} or use a tokenizer "
-                f"of {cfg.model.vocab_size} pieces"
-            )
 
 
 def pad_token_id(tokenizer_path: str) -> int:
@@ -122,8 +83,9 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     builder.prepare_environment(str(run_dir))  # before anything imports mindspore / mindformers
     plist = phases(cfg)
+    validate.check(cfg)            # the frozen config is what ranks train: the launch's rules hold here too
+    validate.check_trainable(cfg)
     steps = [phase_steps(cfg, ph) for ph in plist]
-    builder.check_trainable(cfg)
     logging_rank = ranks.is_logging_rank()
     events = EventLog(run_dir / "events.jsonl") if logging_rank else None
     checkpoints = CheckpointManager(
@@ -139,7 +101,7 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     from pretrain.data.prepare import prepare
 
     prepared = prepare(cfg.data, progress=logging_rank)
-    check_data(cfg, prepared)
+    check_prepared(cfg, prepared)
     pad = pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
     metrics = MetricsWriter(run_dir, enabled=logging_rank)
     trainer = build_trainer(cfg, pad, metrics, checkpoints, events)

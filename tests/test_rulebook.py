@@ -1,0 +1,183 @@
+"""One rulebook: ranges on every numeric key, "plan only" for what nothing here trains, no launch of
+a plan that does not fit (with layouts that do), and dry runs that give the launch's verdict."""
+import copy
+import math
+import re
+
+import pytest
+from omegaconf import OmegaConf
+
+from pretrain.config import ranges, schema, validate
+from pretrain.config.errors import PretrainConfigError
+from pretrain.plan.planner import plan as make_plan
+from pretrain.plan.report import format_plan
+
+from tests.conftest import options as _options
+
+GROUPS = {"model": schema.ModelConfig, "parallel": schema.ParallelConfig, "hardware": schema.HardwareConfig,
+          "data": schema.DataConfig, "train": schema.TrainConfig, "plan": schema.PlanConfig,
+          "resilience": schema.ResilienceConfig, "phase.general": schema.PhaseConfig}
+NUMERIC = [(key, f, kind) for group, node in GROUPS.items() for key, f, kind in ranges.numeric_fields(node, group + ".")]
+WALK = [(key, value) for key, f, kind in NUMERIC if ranges.DERIVED not in f.metadata
+        for value in (0, -1, 10**18 if kind is int else 1e18)]
+BIG = ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"]
+
+
+@pytest.fixture(scope="module")
+def default_cfg(compose_many):
+    return compose_many(["dry_run=true"])
+
+
+def test_every_numeric_key_of_the_schema_declares_its_range():
+    undeclared = [key for key, f, _ in NUMERIC
+                  if ranges.RANGE not in f.metadata and ranges.DERIVED not in f.metadata
+                  and not key.startswith("resilience.")]   # resilience keys: checked by building their guards
+    assert len(NUMERIC) > 60 and undeclared == []
+
+
+def _sane(plan) -> bool:
+    numbers = [plan.params_total, plan.flops_per_token, plan.step_s, plan.tokens_per_s, plan.total_days,
+               plan.peak_gb, *(p.steps for p in plan.phases)]
+    return (all(math.isfinite(x) for x in numbers) and plan.params_total > 0 and 0 < plan.mfu <= 1
+            and all(p.steps >= 1 for p in plan.phases) and plan.total_days < 1e6)
+
+
+@pytest.mark.parametrize("key,value", WALK, ids=[f"{k}={v:g}" for k, v in WALK])
+def test_numeric_walk_refuses_with_the_key_or_plans_sanely(default_cfg, key, value):
+    cfg = copy.deepcopy(default_cfg)
+    OmegaConf.update(cfg, key, value)
+    found = validate.problems(cfg)
+    if found:
+        assert any(key.split(".")[-1] in line for line in found), found
+        return
+    plan = make_plan(cfg)      # accepted: the plan must make sense, and the launch verdicts must not crash
+    assert _sane(plan), (key, value, plan.params_total, plan.mfu, plan.total_days)
+    validate.training_problems(cfg)
+    validate.memory_problems(cfg, plan)
+
+
+@pytest.mark.parametrize("override,key", [("model.hidden_size=-256", "model.hidden_size=-256 must be in [1, "),
+                                          ("model.num_heads=0", "model.num_heads=0 must be in [1, "),
+                                          ("model.global_batch_size=0", "model.global_batch_size=0 must be in [1, ")])
+def test_out_of_range_on_the_cli_is_one_line_exit_2_nothing_frozen(cli, tmp_path, override, key):
+    proc = cli(override, "dry_run=true", "run_dir=run")
+    assert proc.returncode == 2 and key in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not any((tmp_path / "run" / name).exists() for name in ("config.yaml", "plan.json"))
+
+
+def test_model_parallel_layouts_are_plan_only(compose_many):
+    cfg = compose_many([*BIG, "parallel.zero_stage=0"])
+    assert validate.problems(cfg) == []
+    (line,) = validate.training_problems(cfg)
+    assert "tp(4) pp(2) > 1" in line and "plan only" in line
+    with pytest.raises(PretrainConfigError, match="tp\\(4\\) pp\\(2\\)"):
+        validate.check_trainable(cfg)
+    zero = compose_many(["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8"])
+    assert any("parallel.zero_stage=1: ZeRO" in p for p in validate.training_problems(zero))
+    assert validate.training_problems(compose_many(["parallel=dp2", "hardware=cpu_2proc"])) == []
+
+
+def test_a_plan_that_does_not_fit_is_refused_with_three_fitting_layouts(cli, compose_many, tmp_path):
+    proc = cli(*BIG, "run_dir=run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    (memory,) = [ln for ln in proc.stderr.splitlines() if "GB per device" in ln]
+    assert "largest part model states 66.1 GB" in memory and "plan.ignore_memory=true" in memory
+    offered = re.findall(r"(parallel=\S+(?: parallel\.\S+)*) \(([\d.]+) GB", memory.split("these fit: ")[1])
+    assert len(offered) == 3
+    speeds = []
+    for overrides, gb in offered:   # each suggestion, composed as written, passes and fits
+        cfg = compose_many([*BIG, *overrides.split()])
+        assert validate.problems(cfg) == []
+        plan = make_plan(cfg)
+        assert plan.fits and plan.peak_gb == pytest.approx(float(gb), abs=0.06)
+        speeds.append(plan.tokens_per_s)
+    assert speeds == sorted(speeds, reverse=True)
+    assert not any((tmp_path / "run" / name).exists() for name in ("config.yaml", "plan.json"))  # refused first
+    dry = cli(*BIG, "dry_run=true", "run_dir=dry")
+    assert dry.returncode == 0 and memory in dry.stdout.replace("does not fit: ", "error: ")
+
+
+def test_ignore_memory_lets_a_trainable_layout_past_the_memory_rule(cli):
+    args = ["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8", "parallel.zero_stage=0"]
+    refused = cli(*args)
+    assert refused.returncode == 2 and "GB per device" in refused.stderr
+    forced = cli(*args, "plan.ignore_memory=true")
+    # past every rule: what stops it now is the host, which has no Ascend devices
+    assert forced.returncode == 2 and "no npu-smi" in forced.stderr and "GB per device" not in forced.stderr
+
+
+def test_target_days_prints_the_devices_that_finish_in_time(compose_many):
+    cfg = compose_many(["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8", "plan.target_days=200"])
+    base = make_plan(compose_many(["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8"]))
+    plan = make_plan(cfg)
+    t = plan.target
+    assert t.reachable and t.dp == math.ceil(8 * base.total_days / 200) and t.devices == t.dp
+    assert f"target     200 days: {t.devices} devices" in format_plan(plan)
+    capped = make_plan(compose_many([*BIG, "plan.target_days=1"])).target
+    assert not capped.reachable and capped.dp == capped.max_dp == 1024
+
+
+def test_mfu_is_labelled_assumed(compose_many):
+    text = format_plan(make_plan(compose_many([])))
+    assert "MFU" in text and "(assumed: train.efficiency=0.45" in text
+
+
+def _accepted_by_training(cfg) -> None:
+    """The pure-Python steps a launch takes before the model and data: the rules, the phases' steps
+    and LR schedules, and the MindFormers export every rank builds its model from."""
+    from pretrain.model import mindformers_config as mfc
+    from pretrain.train.schedule import curriculum
+    validate.check(cfg)
+    validate.check_trainable(cfg)
+    plist = validate.phases(cfg)
+    steps = [validate.phase_steps(cfg, p) for p in plist]
+    lrs = curriculum(plist, steps, start=float(cfg.train.lr_peak))
+    mfc.export(cfg, first_phase=plist[0], first_phase_steps=steps[0], first_phase_peak=lrs[0].peak)
+    mfc.parallel_blocks(cfg)
+
+
+def _verdicts(compose_many, combos):
+    rows = []
+    for overrides in combos:
+        cfg = compose_many([*overrides, "dry_run=true"])
+        status = "invalid" if validate.problems(cfg) else validate.verdict(cfg, make_plan(cfg))[0]
+        if status == "ok":
+            _accepted_by_training(cfg)
+        rows.append((overrides, status))
+    return rows
+
+
+def test_every_option_of_every_group_row_ok_means_training_accepts_it(compose_many):
+    """Each option of each group once, beside options that fit it; every "ok" passes the training
+    path's own steps (the full cross product is the slow test below)."""
+    def size(overrides):
+        cfg = compose_many(overrides)
+        p = cfg.parallel
+        return validate.num_devices(cfg.hardware), p.dp * p.tp * p.pp * p.cp, p
+
+    hardware_for, parallel_for = {}, {}
+    for hw in _options("hardware"):
+        hardware_for.setdefault(size([f"hardware={hw}"])[0], hw)
+    for par in _options("parallel"):
+        parallel_for.setdefault(size([f"parallel={par}"])[1], par)
+
+    def fitting(par, hw):
+        p = size([f"parallel={par}"])[2]
+        model = "qwen3_30b_a3b" if p.ep > 1 else "llama3_70b" if p.tp > 1 else "tiny"
+        return [f"parallel={par}", f"hardware={hw}", f"model={model}"]
+
+    combos = [[f"phase={ph}"] for ph in _options("phase")] + [[f"model={m}"] for m in _options("model")]
+    combos += [fitting(par, hardware_for.get(size([f"parallel={par}"])[1], "cpu")) for par in _options("parallel")]
+    combos += [fitting(parallel_for.get(size([f"hardware={hw}"])[0], "single"), hw) for hw in _options("hardware")]
+    rows = _verdicts(compose_many, combos)
+    statuses = [s for _, s in rows]
+    assert statuses.count("ok") >= 5 and statuses.count("plan only") >= 5 and "invalid" in statuses, rows
+
+
+@pytest.mark.slow
+def test_every_model_parallel_hardware_combination_row_ok_means_training_accepts_it(compose_many):
+    combos = [[f"model={m}", f"parallel={p}", f"hardware={h}"]
+              for m in _options("model") for p in _options("parallel") for h in _options("hardware")]
+    rows = _verdicts(compose_many, combos)
+    assert sum(s == "ok" for _, s in rows) >= 10, rows
