@@ -4,6 +4,7 @@ Typed errors become one line on stderr and exit code 2 (a traceback only with
 HYDRA_FULL_ERROR=1); inside a sweep they become the job's row instead, so one invalid layout
 never stops the sweep.
 """
+import contextlib
 import json
 import os
 import sys
@@ -29,7 +30,12 @@ def run_job(cfg: DictConfig) -> None:
     row: Dict[str, Any] = {"job": hydra_cfg.job.get("num", 0),
                            "overrides": " ".join(hydra_cfg.overrides.task)}
     try:
-        row.update(execute(cfg))
+        if in_sweep:   # the job's plan and commands go to its own log; the console gets one line
+            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+            with open(Path(cfg.run_dir) / "job.log", "w") as log, contextlib.redirect_stdout(log):
+                row.update(execute(cfg))
+        else:
+            row.update(execute(cfg))
     except USER_ERRORS as exc:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -39,8 +45,9 @@ def run_job(cfg: DictConfig) -> None:
             sys.exit(2)
         row.update(status="invalid", reason=str(exc).replace("\n", "; "))
     if in_sweep:
-        from pretrain.sweep.summary import write_row
+        from pretrain.sweep.summary import verdict_line, write_row
         write_row(Path(cfg.run_dir), row)
+        print(f"  #{row['job']} {verdict_line(row)}", flush=True)
 
 
 def execute(cfg: DictConfig) -> Dict[str, Any]:

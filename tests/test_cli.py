@@ -1,6 +1,7 @@
 """`python -m pretrain` as a user runs it: subprocesses in tmp_path."""
 import csv
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -106,7 +107,12 @@ def test_layout_sweep_writes_every_row_and_exits_0(cli, tmp_path):
     layouts = sorted(p.stem for p in (REPO / "conf" / "parallel").glob("*.yaml"))
     assert len(rows) == len(layouts) >= 12
     by_layout = {r["label"].split("=")[1]: r for r in rows}
-    assert by_layout["dp8tp4pp2"]["status"] in ("ok", "does not fit")
+    assert by_layout["dp8tp4pp2"]["status"] == "does not fit" and by_layout["dp4tp8pp2"]["status"] == "plan only"
+    # the console: one verdict line per job, the plans and node commands in each job's job.log
+    verdicts = [ln for ln in proc.stdout.splitlines() if re.match(r"  #\d+ ", ln)]
+    assert len(verdicts) == len(rows) and "node 0: msrun" not in proc.stdout
+    assert any(ln.startswith("  #") and "does not fit by 47.8 GB: 111.8 of 64 GB" in ln for ln in verdicts)
+    assert "node 0: msrun" in (sweep / str(by_layout["dp4tp8pp2"]["job"]) / "job.log").read_text()
     assert by_layout["single"]["status"] == "invalid" and "!= devices(64)" in by_layout["single"]["reason"]
     assert by_layout["dp8ep8"]["status"] == "invalid" and "dense" in by_layout["dp8ep8"]["reason"]
     assert float(by_layout["dp4tp8pp2"]["tokens_per_s"]) > 0

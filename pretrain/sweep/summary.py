@@ -18,6 +18,7 @@ COLUMNS = ["job", "label", "status", "peak_gb", "capacity_gb", "weights_gb", "gr
            "optimizer_gb", "activations_gb", "bubble", "step_s", "tokens_per_s", "mfu",
            "total_days", "measured_tokens_per_s", "reason", "overrides"]
 STATUS_ORDER = {"ok": 0, "plan only": 1, "does not fit": 2, "invalid": 3}
+STATUS_COLORS = {"ok": "#55a868", "plan only": "#dd8452", "does not fit": "#c44e52", "invalid": "#999999"}
 
 
 def plan_row(plan: Any) -> Dict[str, Any]:
@@ -28,6 +29,18 @@ def plan_row(plan: Any) -> Dict[str, Any]:
             "activations_gb": peak.activations_gb + peak.logits_gb, "bubble": plan.bubble,
             "step_s": plan.step_s, "tokens_per_s": plan.tokens_per_s, "mfu": plan.mfu,
             "total_days": plan.total_days}
+
+
+def verdict_line(row: Dict[str, Any]) -> str:
+    """One console line per sweep job: its verdict and the figures that decide between layouts."""
+    status, reason = row["status"], (row.get("reason") or "").split("; ")[0]
+    if status == "invalid":
+        return f"invalid: {reason}"
+    head = (f"does not fit by {row['peak_gb'] - row['capacity_gb']:.1f} GB" if status == "does not fit"
+            else status)
+    figures = (f"{row['peak_gb']:.1f} of {row['capacity_gb']:g} GB, {row['total_days']:.1f} days, "
+               f"{row['tokens_per_s']:,.0f} tokens/s")
+    return f"{head}: {figures}" + (f"; {reason[:120]}" if status == "plan only" else "")
 
 
 def write_row(job_dir: Path, row: Dict[str, Any]) -> None:
@@ -85,12 +98,14 @@ def _chart(rows: List[Dict[str, Any]], path: Path) -> None:
             mem.text(i, 0, "invalid", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
     mem.set_ylabel("GB per device (peak stage)")
     mem.legend(fontsize=8, loc="upper right")
-    colors = ["#55a868" if r["status"] == "ok" else "#c44e52" for r in rows]
-    speed.bar(range(len(rows)), [r.get("tokens_per_s") or 0.0 for r in rows], color=colors)
+    for status, color in STATUS_COLORS.items():
+        shown = [(i, r.get("tokens_per_s") or 0.0) for i, r in enumerate(rows) if r["status"] == status]
+        if shown:
+            speed.bar(*zip(*shown), color=color, label=status)
     measured = [(i, r["measured_tokens_per_s"]) for i, r in enumerate(rows) if r.get("measured_tokens_per_s")]
     if measured:
         speed.plot(*zip(*measured), "k*", markersize=10, label="measured")
-        speed.legend(fontsize=8)
+    speed.legend(fontsize=8)
     speed.set_ylabel("estimated tokens/s (all devices)")
     speed.set_xticks(range(len(rows)), labels, rotation=60, ha="right", fontsize=8)
     fig.tight_layout()
@@ -102,6 +117,5 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_summary(sweep_dir)
-        valid = sum(r["status"] != "invalid" for r in rows)
-        print(f"sweep: {len(rows)} jobs ({valid} valid, {len(rows) - valid} invalid); "
-              f"summary in {sweep_dir}/summary.md, .csv, .png")
+        counts = ", ".join(f"{sum(r['status'] == s for r in rows)} {s}" for s in STATUS_ORDER)
+        print(f"sweep: {len(rows)} jobs ({counts}); summary in {sweep_dir}/summary.md, .csv, .png")
