@@ -130,3 +130,12 @@ def test_sweep_definition_from_sweeps_dir(cli, tmp_path):
     # model parallel is planned, not trained, by this project's loop: the fitting rows are "plan only"
     statuses = {r["status"] for r in rows}
     assert "plan only" in statuses and "ok" not in statuses, [(r["overrides"], r["status"], r["peak_gb"]) for r in rows]
+
+
+def test_data_app_has_its_own_help(cli, tmp_path):
+    trainer = cli("--help", check=True).stdout
+    data = subprocess.run([sys.executable, "-m", "pretrain.data", "--help"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=True).stdout
+    assert trainer.startswith("pretrain: compose a model") and data.startswith("pretrain.data: prepare the")
+    assert "data.sources.general.paths=" in data and "model: llama3_70b" in data   # same groups
+    assert not list(tmp_path.glob("*.log")) and not (tmp_path / "outputs").exists()

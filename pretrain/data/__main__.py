@@ -14,7 +14,7 @@ from pretrain.config.compose import config_dir, setup
 
 # Preparing data writes only into data.cache_dir: no Hydra run directory, .hydra/ or job log.
 _HYDRA_QUIET = ["hydra.output_subdir=null", "hydra.run.dir=.", "hydra/job_logging=none",
-                "hydra/hydra_logging=none"]
+                "hydra/hydra_logging=none", "hydra/help=data"]
 _started = False
 
 
