@@ -58,12 +58,20 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
-    pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         p.join(5)
         if p.is_alive():
             p.kill()
             p.join()
+    # A worker killed while sending its result leaves the executor's manager thread blocked in
+    # recv() on the result pipe, and the interpreter would wait for that thread forever at exit.
+    # With the workers gone, this process holds the pipe's last write end: closing it turns the
+    # wait into EOF, the pool counts as broken and the thread ends.
+    queue = getattr(pool, "_result_queue", None)
+    writer = getattr(queue, "_writer", None)
+    if writer is not None:
+        writer.close()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def ordered_map(fn: Callable[[T], R], inputs: Iterable[T], workers: int,
