@@ -120,3 +120,16 @@ def test_a_missing_cached_tokenizer_names_the_cache_not_data_tokenizer_path(buil
         tokenizers.load(model)
     assert str(exc.value).startswith(f"cached tokenizer '{model}' is not a sentencepiece model")
     assert f"data.cache_dir '{cache}'" in str(exc.value) and "data.tokenizer.path" not in str(exc.value)
+
+
+def test_an_unwritable_cache_is_one_line_naming_data_cache_dir(tmp_path):
+    from tests.test_data_bad_documents import cli_data
+    src = tmp_path / "src"
+    src.mkdir()
+    write_jsonl(src / "a.jsonl", paragraphs()[:20])
+    cache = tmp_path / "cache"
+    cache.write_text("a file where the cache directory should be")
+    proc = cli_data(tmp_path, f"data.sources.general.paths=[{src}]", cache=cache)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: data.cache_dir={cache}: Not a directory ({cache / 'clean'}")
+    assert len(proc.stderr.splitlines()) == 1

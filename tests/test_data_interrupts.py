@@ -72,10 +72,10 @@ def temp_dirs(cache: Path, stage: str = "*"):
     return sorted(cache.glob(f"{stage}/.*tmp*"))
 
 
-def start(tmp_path, corpus, cache, *extra, module="pretrain.data"):
+def start(tmp_path, corpus, cache, *extra, module="pretrain.data", workers=2):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     args = [sys.executable, "-m", module, "data=files", f"data.sources.general.paths=[{corpus}]",
-            f"data.cache_dir={cache}", "data.workers=2", *extra]
+            f"data.cache_dir={cache}", f"data.workers={workers}", *extra]
     if module == "pretrain.data":
         args += ["~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
                  "data.tokenizer.byte_fallback=false", "model.seq_length=64"]
@@ -179,3 +179,16 @@ def test_the_next_run_sweeps_what_a_kill_9_left(tmp_path):
     proc = cli_data(tmp_path, f"data.sources.general.paths=[{src}]", cache=cache)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not stale.exists() and temp_dirs(cache) == []
+
+
+def test_two_concurrent_preparations_of_one_cache_both_succeed(tmp_path):
+    """Neither sweeps the other's live temp dir; the second to finish keeps the first's result."""
+    from tests.test_data_pipeline import paragraphs
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in paragraphs()[:200]))
+    cache = tmp_path / "cache"
+    procs = [start(tmp_path, src, cache, workers=1) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert temp_dirs(cache) == [] and len(list((cache / "datasets").iterdir())) == 1

@@ -102,11 +102,20 @@ def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
     tokenizer is trained."""
     _check(data_cfg)
     cache = Path(str(data_cfg.cache_dir)).expanduser()
-    with stop_on_signals("data preparation", f"; finished stages stay in {cache} and are reused"):
-        sweep_stale(*(cache / stage for stage in STAGES))
-        sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
-        tok_path = _tokenizer(data_cfg, sources, cache, progress)
-        return {s.name: _dataset(s, tok_path, data_cfg, cache, progress) for s in sources}
+    try:
+        with stop_on_signals("data preparation", f"; finished stages stay in {cache} and are reused"):
+            sweep_stale(*(cache / stage for stage in STAGES))
+            sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
+            tok_path = _tokenizer(data_cfg, sources, cache, progress)
+            return {s.name: _dataset(s, tok_path, data_cfg, cache, progress) for s in sources}
+    except OSError as exc:
+        # Writing the cache failed (full disk, no permission, a file where a directory belongs):
+        # say which cache; errors reading the inputs are counted per document, not raised.
+        where = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else ""
+        if not where.startswith(os.path.abspath(cache) + os.sep):
+            raise
+        raise PretrainDataError(f"data.cache_dir={cache}: {exc.strerror or exc} ({where}); free space there or "
+                                f"point data.cache_dir (or PRETRAIN_CACHE) at a writable directory") from None
 
 
 def _discard(final: Path, why: str) -> None:
