@@ -33,10 +33,10 @@ def temp_dirs(cache: Path):
 def cli_data(tmp_path, *args, cache=None):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env["PRETRAIN_CACHE"] = str(cache or tmp_path / "cache")
-    return subprocess.run([sys.executable, "-m", "pretrain.data", "data=files", "~data.sources.reasoning",
-                           "~data.sources.anneal", "data.tokenizer.vocab_size=400",
-                           "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    args = ["data=files", "~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
+            "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args]
+    return subprocess.run([sys.executable, "-m", "pretrain.data", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 def _jsonl_with_one_bad_line(path: Path, texts, bad_line: bytes) -> Path:
@@ -131,7 +131,8 @@ def _write_fuzz_corpus(d: Path, seed: int, words) -> None:
     files["g.txt.zst"] = _random_bytes(rng, 300)
     for name, data in files.items():
         (d / name).write_bytes(data)
-    column = pa.array(enc + [_random_bytes(rng, 40) for _ in range(10)] + [None], pa.binary()).view(pa.string())
+    rows = enc + [_random_bytes(rng, 40) for _ in range(10)] + [None]
+    column = pa.array(rows, pa.binary()).view(pa.string())       # no UTF-8 check: bad rows get written
     pq.write_table(pa.table({"text": column}), d / "h.parquet")
     (d / "h.parquet.zst").write_bytes(zstandard.ZstdCompressor().compress((d / "h.parquet").read_bytes()))
     (d / "h.parquet.gz").write_bytes(gzip.compress((d / "h.parquet").read_bytes()))

@@ -116,7 +116,8 @@ def finish(proc, kids):
 def check_stopped(proc, kids, cache, signum):
     err = finish(proc, kids)
     assert proc.returncode == 128 + signum, err[-3000:]
-    assert err.splitlines() == [err.strip()] and err.startswith(f"interrupted ({signal.Signals(signum).name}): ")
+    assert err.splitlines() == [err.strip()]
+    assert err.startswith(f"interrupted ({signal.Signals(signum).name}): ")
     assert "Traceback" not in err
     assert alive(kids) == []
     assert temp_dirs(cache) == []
@@ -138,7 +139,7 @@ def test_sigint_while_tokenizing_and_writing_shards(tmp_path, corpus):
     kids = wait_for_workers(proc, cache, "datasets")
     os.kill(proc.pid, signal.SIGINT)
     check_stopped(proc, kids, cache, signal.SIGINT)
-    assert list((cache / "clean").iterdir()) and list((cache / "tokenizers").iterdir())   # finished stages kept
+    assert list((cache / "clean").iterdir()) and list((cache / "tokenizers").iterdir())   # finished: kept
 
 
 def test_sigterm_during_the_preparation_inside_python_m_pretrain(tmp_path, corpus):

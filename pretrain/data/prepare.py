@@ -114,8 +114,9 @@ def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
         where = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else ""
         if not where.startswith(os.path.abspath(cache) + os.sep):
             raise
-        raise PretrainDataError(f"data.cache_dir={cache}: {exc.strerror or exc} ({where}); free space there or "
-                                f"point data.cache_dir (or PRETRAIN_CACHE) at a writable directory") from None
+        raise PretrainDataError(f"data.cache_dir={cache}: {exc.strerror or exc} ({where}); free space "
+                                f"there or point data.cache_dir (or PRETRAIN_CACHE) at a writable directory"
+                                ) from None
 
 
 def _discard(final: Path, why: str) -> None:
@@ -156,7 +157,8 @@ def _damaged_dataset(final: Path) -> Optional[str]:
     try:
         m = json.loads((final / "manifest.json").read_text())
         shards = m["train"]["shards"] + m["val"]["shards"]
-        m["tokenizer"]["path"]
+        if not isinstance(m["tokenizer"]["path"], str):
+            return "its manifest names no tokenizer"
         for s in shards:
             for name, size in ((s["file"], s.get("bytes")), (s["file"] + ".db", s.get("index_bytes"))):
                 have = (final / name).stat().st_size
