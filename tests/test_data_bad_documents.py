@@ -23,6 +23,7 @@ from tests.test_data_pipeline import data_cfg, paragraphs
 
 CLEAN = {"normalize": "NFC", "min_chars": 1, "max_chars": 4000, "max_symbol_ratio": 0.9,
          "max_repeated_line_fraction": 1.0}
+PROSE3 = ["first document, plain prose", "second", "third document, plain prose"]
 DEDUP = {"exact": True, "near": True, "threshold": 0.8, "num_perm": 32, "shingle": 3}
 
 
@@ -61,6 +62,12 @@ def test_a_nul_byte_on_line_2_keeps_every_document(tmp_path):
     items = list(read_documents([src], "text", 10_000))
     assert all(isinstance(i, Doc) for i in items) and len(items) == 100      # was: Drop("binary") x 1
     assert "\0" in items[1].text                                               # the cleaner removes it
+
+
+def test_a_line_nested_too_deep_for_json_is_malformed_not_a_crash(tmp_path):
+    src = _jsonl_with_one_bad_line(tmp_path / "d.jsonl", PROSE3, b"[" * 100_000 + b"]" * 100_000)
+    items = list(read_documents([src], "text", 10_000))                # was: RecursionError
+    assert [i.reason if isinstance(i, Drop) else "doc" for i in items] == ["doc", "malformed_json", "doc"]
 
 
 def test_a_real_binary_file_is_still_dropped_whole(tmp_path):
