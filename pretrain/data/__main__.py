@@ -2,7 +2,9 @@
 
 Composes the same conf/ as `python -m pretrain` (so `data=sample model=tiny` and
 `data.tokenizer.path=...` mean the same), builds or reuses every source of cfg.data, and
-prints a summary table. Bad input is one `error: ...` line on stderr and exit code 2.
+prints a summary table. Bad input is one `error: ...` line on stderr and exit code 2; Ctrl-C
+(SIGINT) or SIGTERM is one `interrupted (...)` line and exit code 130 / 143, with the workers
+stopped and no temp directory left (pretrain.data.interrupt).
 """
 import sys
 

@@ -5,6 +5,7 @@ fill loosely come back as documents and are packed again here together with othe
 leftovers, so the padding of the final dataset stays near zero. Held-out documents are packed
 here too. Buffers are flushed every POOL_ROWS rows' worth of tokens: memory stays bounded.
 """
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List
@@ -89,12 +90,13 @@ def build_shards(name: str, store: DocStore, model_path: Path, tok: Dict, *, seq
     tasks = chunk_tasks(store, capacity, method, tok["eod_id"], tok["pad_id"], max_room)
     bar = tqdm(total=len(tasks), desc=f"tokenize {name}", unit="chunk",
                disable=None if progress else True, leave=False)
-    for result in run_tasks(tasks, model_path, workers):
-        if result.rows is not None:
-            train.rows(result.rows)
-            train.stats.truncated += result.split
-        train.docs(result.train)
-        val.docs(result.val)
-        bar.update(1)
+    with closing(run_tasks(tasks, model_path, workers)) as results:   # workers stop on any error
+        for result in results:
+            if result.rows is not None:
+                train.rows(result.rows)
+                train.stats.truncated += result.split
+            train.docs(result.train)
+            val.docs(result.val)
+            bar.update(1)
     bar.close()
     return {"train": train.close(), "val": val.close()}

@@ -14,6 +14,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from pretrain.config.errors import PretrainDataError
+
 _SEED = 1
 _SLICE = 4096
 
@@ -49,8 +51,13 @@ class Deduper:
         self._count = 0
         if self.near:
             from datasketch import MinHashLSH
-            self._lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm)
-            self._scheme = MinHasher(cfg.num_perm, cfg.shingle).scheme
+            try:
+                self._lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm)
+                self._scheme = MinHasher(cfg.num_perm, cfg.shingle).scheme
+            except ValueError as exc:   # datasketch's own checks ("Too few permutation functions")
+                raise PretrainDataError(f"data.dedup: {exc} (num_perm={cfg.num_perm}, threshold="
+                                        f"{cfg.threshold}, shingle={cfg.shingle}; or data.dedup.near=false)"
+                                        ) from None
 
     def check(self, digest: bytes, signature: Optional[np.ndarray]) -> Optional[str]:
         """None if the document (its words digest and MinHash signature) is new, and remember

@@ -6,9 +6,12 @@ renamed into place in one step, so a reader sees either nothing or the complete 
 import io
 import json
 import os
+import re
 import shutil
+import socket
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, List
 
 import numpy as np
 
@@ -25,12 +28,67 @@ def save_npy_atomic(path: Path, array: np.ndarray) -> None:
     write_atomic(path, buf.getvalue())
 
 
+# A build's temp directory is named after its owner, `.<final>.tmp-<host>-<pid>`, so a later run
+# can tell a live build (another process preparing the same cache right now) from one that a
+# kill -9 or a power loss left behind. Only this host's dead owners are swept: a pid says
+# nothing about a process on another host that shares the cache.
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+_TEMP = re.compile(r"^\.(?P<name>.+)\.tmp-(?:(?P<host>[A-Za-z0-9._]+)-)?(?P<pid>\d+)$")
+
+
 def temp_dir_for(final: Path) -> Path:
     """A fresh sibling directory to build `final` in, private to this process."""
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    tmp = final.with_name(f".{final.name}.tmp-{_HOST}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp
+
+
+@contextmanager
+def building(final: Path) -> Iterator[Path]:
+    """`with building(final) as tmp: ...write into tmp...`; published as `final` when the block
+    ends, removed whatever stops it (an error, an interrupt): no temp directory outlives its build."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_dir_for(final)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish_dir(tmp, final)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # someone else's live process
+        return True
+    return True
+
+
+def sweep_stale(*directories: Path) -> List[Path]:
+    """Remove temp directories and files in `directories` whose owner on this host is dead
+    (what a kill -9 leaves behind); what they were building is simply built again. Returns
+    what was removed."""
+    removed = []
+    for d in directories:
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            m = _TEMP.match(e.name)
+            if not m or (m["host"] or _HOST) != _HOST or _alive(int(m["pid"])):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+            else:
+                with suppress(OSError):
+                    os.unlink(e.path)
+            removed.append(Path(e.path))
+    return removed
 
 
 def publish_dir(tmp: Path, final: Path) -> None:

@@ -7,6 +7,7 @@ store is identical for any number of workers. Every document that enters is coun
 """
 import time
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,12 +25,13 @@ from pretrain.data.sources import Drop, Item, read_documents
 _BATCH_CHARS = 1 << 20     # documents per worker task: about this much text (or 2048 documents)
 
 
-def source_items(files: List[Path], builtin, text_field: str, max_chars: int) -> Iterator[Item]:
+def source_items(files: List[Path], builtin, text_field: str, max_chars: int,
+                 scratch: Optional[Path] = None) -> Iterator[Item]:
     if builtin:
         from pretrain.data import sample
         yield from sample.documents(builtin)
     if files:
-        yield from read_documents(files, text_field, max_chars)
+        yield from read_documents(files, text_field, max_chars, scratch)
 
 
 @dataclass
@@ -92,26 +94,29 @@ def ingest(items: Iterator[Item], out_dir: Path, clean_cfg: dict, dedup_cfg: dic
     writer = DocStoreWriter(out_dir)
     bar = tqdm(desc=f"clean {name}", unit="doc", disable=None if progress else True, leave=False,
                mininterval=0.5)
-    for results in ordered_map(clean_batch, _batches(items), workers, _init, (clean_cfg, dedup_cfg)):
-        bar.update(len(results))
-        for r in results:
-            if isinstance(r, Drop):
-                seen += r.count
-                dropped[r.reason] += r.count
-                continue
-            seen += 1
-            if r.part:
-                extra_pieces += 1
-                split_docs += r.part == 1
-            reason = r.reason or deduper.check(r.digest, r.signature)
-            if reason:
-                dropped[reason] += 1
-                continue
-            val = is_validation(r.key or r.digest, val_fraction)
-            writer.add(r.text, val)
-            kept += 1
-            held += val
-            chars += len(r.text)
+    # closing: on any error the workers stop now, not when the traceback is freed
+    cleaned = ordered_map(clean_batch, _batches(items), workers, _init, (clean_cfg, dedup_cfg))
+    with closing(cleaned) as batches:
+        for results in batches:
+            bar.update(len(results))
+            for r in results:
+                if isinstance(r, Drop):
+                    seen += r.count
+                    dropped[r.reason] += r.count
+                    continue
+                seen += 1
+                if r.part:
+                    extra_pieces += 1
+                    split_docs += r.part == 1
+                reason = r.reason or deduper.check(r.digest, r.signature)
+                if reason:
+                    dropped[reason] += 1
+                    continue
+                val = is_validation(r.key or r.digest, val_fraction)
+                writer.add(r.text, val)
+                kept += 1
+                held += val
+                chars += len(r.text)
     writer.close()
     bar.close()
     return {"in": seen, "kept": kept, "train": kept - held, "val": held, "chars": chars,

@@ -19,10 +19,13 @@ and the step across a document boundary (EOD -> next document's first token), so
 sum(ce(logits, labels) * loss_mask) / sum(loss_mask) is correct as is.
 
 MindRecord shards are read once through MindDataset and kept as .npy files beside them
-(named by the shard's checksum), then memory-mapped.
+(named by the shard's checksum), then memory-mapped. Cached .npy files are checked before they
+are mapped (header, file size, row count, token total against the manifest); a damaged one is
+rebuilt from its shard, with a warning line, and a shard is read only after its checksum matches.
 """
+import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -38,15 +41,13 @@ SPLITS = ("train", "val")
 class ShardRows:
     """One shard's rows: ids [N, capacity], segment lengths, tokens per row (memory-mapped)."""
 
-    def __init__(self, path: Path, sha256: str, rows: int, capacity: int) -> None:
+    def __init__(self, path: Path, sha256: str, rows: int, capacity: int,
+                 tokens: Optional[int] = None) -> None:
         if rows == 0:
             self.ids = np.zeros((0, capacity), np.int32)
             self.seg_lens, self.seg_off = np.zeros(0, np.int32), np.zeros(1, np.int64)
         else:
-            self.ids, self.seg_lens, self.seg_off = _cached_read(path, sha256)
-        if self.ids.shape != (rows, capacity):
-            raise PretrainDataError(f"{path}: holds {self.ids.shape} rows x tokens, its manifest says "
-                                    f"({rows}, {capacity}); delete the dataset directory to rebuild it")
+            self.ids, self.seg_lens, self.seg_off = _cached_read(path, sha256, rows, capacity, tokens)
         cum = np.concatenate([[0], np.cumsum(self.seg_lens, dtype=np.int64)])
         self.row_tokens = cum[self.seg_off[1:]] - cum[self.seg_off[:-1]]
 
@@ -54,14 +55,67 @@ class ShardRows:
         return self.ids[i], self.seg_lens[self.seg_off[i]:self.seg_off[i + 1]]
 
 
-def _cached_read(path: Path, sha256: str):
-    from pretrain.data.shards import read_shard
+def _cached_read(path: Path, sha256: str, rows: int, capacity: int, tokens: Optional[int]):
     stem = path.with_name(f"{path.name}.{sha256[:16]}")
     files = [Path(f"{stem}.{part}.npy") for part in ("ids", "seg_lens", "seg_off")]
-    if not all(f.is_file() for f in files):
-        for f, array in zip(files, read_shard(path)):
-            save_npy_atomic(f, array)
+    if all(f.exists() for f in files):
+        why = _cache_problem(files, rows, capacity, tokens)
+        if why is None:
+            return tuple(np.load(f, mmap_mode="r") for f in files)
+        print(f"warning: {why}; rebuilding the cached rows of {path.name} from the shard",
+              file=sys.stderr, flush=True)
+    _write_cache(path, sha256, files)
+    why = _cache_problem(files, rows, capacity, tokens)
+    if why is not None:
+        raise PretrainDataError(f"{path}: {why}; the dataset in {path.parent} does not match its manifest: "
+                                f"delete that directory and prepare again to rebuild it")
     return tuple(np.load(f, mmap_mode="r") for f in files)
+
+
+def _write_cache(path: Path, sha256: str, files: List[Path]) -> None:
+    from pretrain.data.hashing import file_sha256
+    from pretrain.data.shards import read_shard
+    try:
+        same = file_sha256(path) == sha256       # read once per shard: the cost of the read itself
+    except OSError as exc:
+        raise PretrainDataError(f"{path}: cannot read it ({exc.strerror}); delete {path.parent} and prepare "
+                                f"again to rebuild the dataset") from None
+    if not same:
+        raise PretrainDataError(f"{path}: its checksum differs from its manifest's (the file was changed "
+                                f"or damaged); delete {path.parent} and prepare again to rebuild the dataset")
+    for f, array in zip(files, read_shard(path)):
+        save_npy_atomic(f, array)     # overwrites in place: a rank that mapped the old file keeps it
+
+
+def _npy_problem(f: Path) -> Optional[str]:
+    """Why a .npy file cannot be mapped (a header that does not parse, a size that is not the
+    header plus the data), or None."""
+    try:
+        with open(f, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, _, dtype = read(fh)
+            want = fh.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        have = f.stat().st_size
+    except (OSError, ValueError) as exc:
+        return f"{f}: unreadable ({exc})"
+    return None if have == want else f"{f}: {have} bytes, expected {want} (truncated or damaged)"
+
+
+def _cache_problem(files: List[Path], rows: int, capacity: int, tokens: Optional[int]) -> Optional[str]:
+    """Why the cached rows of a shard cannot be used, or None."""
+    for f in files:
+        why = _npy_problem(f)
+        if why:
+            return why
+    ids, seg_lens, seg_off = (np.load(f, mmap_mode="r") for f in files)
+    if ids.shape != (rows, capacity):
+        return f"{files[0]}: holds {ids.shape} rows x tokens, the manifest says ({rows}, {capacity})"
+    if seg_off.shape != (rows + 1,) or seg_off[0] != 0 or seg_off[-1] != len(seg_lens) or \
+            (tokens is not None and int(np.sum(seg_lens, dtype=np.int64)) != tokens):
+        return f"{files[1]}: document lengths do not add up to the manifest's {tokens} tokens in {rows} rows"
+    return None
 
 
 class _RankView:
@@ -75,7 +129,8 @@ class _RankView:
             mine = list(range(dp_rank, len(info), dp_size))
         else:
             mine = list(range(len(info)))
-        self.shards = [ShardRows(paths[s], info[s]["sha256"], info[s]["rows"], capacity) for s in mine]
+        self.shards = [ShardRows(paths[s], info[s]["sha256"], info[s]["rows"], capacity,
+                                 info[s].get("tokens")) for s in mine]
         shard_of = np.concatenate([np.full(len(sh.ids), k, np.int64) for k, sh in enumerate(self.shards)])
         row_of = np.concatenate([np.arange(len(sh.ids), dtype=np.int64) for sh in self.shards])
         if len(info) < dp_size:     # rows split by index across ranks

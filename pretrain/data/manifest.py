@@ -5,8 +5,10 @@ Manifest (manifest.json, written last, so its presence means the dataset is comp
               Units are documents as read (a jsonl line, a parquet row, a .txt file); a document
               longer than clean.max_chars enters as several pieces, counted as documents too.
   train, val  rows, tokens (document tokens incl. EOD), padding tokens and fraction, truncated
-              documents (split across rows), shards [{file, rows, tokens, sha256, index_sha256}].
-  tokenizer   path, sha256, vocab_size, eod_id, pad_id, bos_id, unk_id.
+              documents (split across rows), shards [{file, rows, tokens, bytes, sha256, index_bytes,
+              index_sha256}].
+  tokenizer   path (relative to the cache when inside it, else absolute), sha256, vocab_size,
+              eod_id, pad_id, bos_id, unk_id.
   layout      how a row is stored and how the loader turns it into inputs/labels.
   keys        the cache key and the hashes of the inputs and config it is made of.
 """
@@ -45,8 +47,9 @@ def summary_table(prepared: Dict) -> str:
             reasons[r] = reasons.get(r, 0) + n
     if reasons:
         lines.append("dropped: " + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items())))
-    tok = next(iter(prepared.values())).manifest["tokenizer"] if prepared else None
-    if tok:
-        lines.append(f"tokenizer: {tok['path']} (vocab {tok['vocab_size']}, eod id {tok['eod_id']}, "
+    first = next(iter(prepared.values()), None)
+    if first:
+        tok = first.manifest["tokenizer"]
+        lines.append(f"tokenizer: {first.tokenizer_path} (vocab {tok['vocab_size']}, eod id {tok['eod_id']}, "
                      f"pad id {tok['pad_id']})")
     return "\n".join(lines)

@@ -8,8 +8,18 @@ Stages and what caches them (all under data.cache_dir, content-addressed, publis
 Inputs are identified by path, size and modification time (files) or by the Python installation
 (builtin sample sources). A second call with the same inputs and config only stats the inputs,
 hashes the tokenizer file and reads the manifests.
+
+What is reused is checked first (file sizes against what the stage recorded, the tokenizer
+loads, the manifest parses); a damaged entry is set aside and built again, with a warning line.
+Paths inside the cache are stored relative to it, so a moved cache (a new data.cache_dir or
+PRETRAIN_CACHE) is still reused. Temp directories never outlive their build (fsutil.building);
+ones a kill -9 left are swept at the start of the next call, and SIGINT/SIGTERM end the call
+with one line and exit code 130/143 (interrupt.py).
 """
 import json
+import os
+import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +30,9 @@ from omegaconf import DictConfig, OmegaConf
 from pretrain.config.errors import PretrainDataError
 from pretrain.config.validate import check_data_config
 from pretrain.data import tokenizer as tokenizers
-from pretrain.data.fsutil import publish_dir, temp_dir_for, write_json_atomic
+from pretrain.data.fsutil import building, sweep_stale, temp_dir_for, write_json_atomic
 from pretrain.data.hashing import digest, file_sha256
+from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import fingerprint, resolve_files
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
@@ -44,10 +55,28 @@ class Prepared:
     @classmethod
     def load(cls, directory: Path, reused: bool) -> "Prepared":
         m = json.loads((directory / "manifest.json").read_text())
-        return cls(m["name"], directory, m, Path(m["tokenizer"]["path"]),
+        return cls(m["name"], directory, m, _tokenizer_file(m["tokenizer"]["path"], directory.parent.parent),
                    [directory / s["file"] for s in m["train"]["shards"]],
                    [directory / s["file"] for s in m["val"]["shards"]],
                    m["seq_length"], m["num_shards"], reused)
+
+
+def _in_cache(path: Path, cache: Path) -> str:
+    """How a manifest records a file: relative to the cache when it lies inside (so the cache can
+    move), else absolute (a tokenizer the user gave)."""
+    path, cache = Path(path).resolve(), cache.resolve()
+    return str(path.relative_to(cache)) if path.is_relative_to(cache) else str(path)
+
+
+def _tokenizer_file(recorded: str, cache: Path) -> Path:
+    p = Path(recorded)
+    if not p.is_absolute():
+        return (cache / p).resolve()
+    if not p.exists() and len(p.parts) >= 3 and p.parts[-3] == "tokenizers":
+        moved = cache / "tokenizers" / p.parts[-2] / p.parts[-1]   # a manifest from before relative paths
+        if moved.is_file():
+            return moved.resolve()
+    return p
 
 
 @dataclass
@@ -64,15 +93,80 @@ def _plain(node) -> Dict:
     return OmegaConf.to_container(node, resolve=True)
 
 
+STAGES = ("clean", "tokenizers", "datasets")
+
+
 def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
     """All sources of `data_cfg`, each a Prepared (built now, or reused from the cache).
     progress: tqdm bars on the long stages (only when stderr is a terminal) and a line when a
     tokenizer is trained."""
     check_data_config(data_cfg)   # the same rules `python -m pretrain` checks before it gets here
     cache = Path(str(data_cfg.cache_dir)).expanduser()
-    sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
-    tok_path = _tokenizer(data_cfg, sources, cache, progress)
-    return {s.name: _dataset(s, tok_path, data_cfg, cache, progress) for s in sources}
+    try:
+        with stop_on_signals("data preparation", f"; finished stages stay in {cache} and are reused"):
+            sweep_stale(*(cache / stage for stage in STAGES))
+            sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
+            tok_path = _tokenizer(data_cfg, sources, cache, progress)
+            return {s.name: _dataset(s, tok_path, data_cfg, cache, progress) for s in sources}
+    except OSError as exc:
+        # Writing the cache failed (full disk, no permission, a file where a directory belongs):
+        # say which cache; errors reading the inputs are counted per document, not raised.
+        where = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else ""
+        if not where.startswith(os.path.abspath(cache) + os.sep):
+            raise
+        raise PretrainDataError(f"data.cache_dir={cache}: {exc.strerror or exc} ({where}); free space "
+                                f"there or point data.cache_dir (or PRETRAIN_CACHE) at a writable directory"
+                                ) from None
+
+
+def _discard(final: Path, why: str) -> None:
+    """Set a damaged cache entry aside (under this process's temp name, so a crash leaves it to
+    the sweep) and delete it; the caller builds it again."""
+    print(f"warning: {final}: {why}; building it again", file=sys.stderr, flush=True)
+    aside = temp_dir_for(final)
+    aside.rmdir()
+    try:
+        os.replace(final, aside)
+    except FileNotFoundError:          # another process set it aside first
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _damaged_store(final: Path) -> Optional[str]:
+    """Why a cached document store cannot be reused, or None: its files must have the sizes
+    its stats say (8-byte end offsets, one flag byte and the texts of each kept document)."""
+    try:
+        stats = json.loads((final / "stats.json").read_text())
+        n = int(stats["kept"])
+        sizes = {f: (final / f).stat().st_size for f in ("docs.txt", "docs.end", "docs.val")}
+        text_bytes = 0
+        if n and sizes["docs.end"] == 8 * n:
+            with open(final / "docs.end", "rb") as f:
+                f.seek(8 * (n - 1))
+                text_bytes = int.from_bytes(f.read(8), "little")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable ({exc})"
+    want = {"docs.txt": text_bytes, "docs.end": 8 * n, "docs.val": n}
+    bad = [f"{f} has {sizes[f]} bytes, expected {want[f]}" for f in want if sizes[f] != want[f]]
+    return ", ".join(bad) or None
+
+
+def _damaged_dataset(final: Path) -> Optional[str]:
+    """Why a cached dataset cannot be reused, or None: its manifest parses and every shard and
+    index it lists is there, with the size it recorded (manifests before sizes: present)."""
+    try:
+        m = json.loads((final / "manifest.json").read_text())
+        shards = m["train"]["shards"] + m["val"]["shards"]
+        if not isinstance(m["tokenizer"]["path"], str):
+            return "its manifest names no tokenizer"
+        for s in shards:
+            for name, size in ((s["file"], s.get("bytes")), (s["file"] + ".db", s.get("index_bytes"))):
+                have = (final / name).stat().st_size
+                if size is not None and have != size:
+                    return f"{name} has {have} bytes, its manifest says {size}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable ({exc})"
+    return None
 
 
 def _plan(name: str, src, cfg) -> _Source:
@@ -89,16 +183,27 @@ def _clean_store(src: _Source, cfg, cache: Path, progress: bool) -> Tuple[Path, 
     """The source's document store, ingesting it unless cached; (dir, counts)."""
     from pretrain.data.ingest import ingest, source_items
     final = cache / "clean" / f"{src.name}-{src.clean_key[:16]}"
-    if (final / "stats.json").is_file():
-        return final, json.loads((final / "stats.json").read_text())
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_dir_for(final)
-    items = source_items(src.files, src.builtin, src.text_field, cfg.clean.max_chars)
-    stats = ingest(items, tmp, _plain(cfg.clean), _plain(cfg.dedup), cfg.val_fraction, src.name, progress,
-                   cfg.workers)
-    write_json_atomic(tmp / "stats.json", stats)
-    publish_dir(tmp, final)
-    return final, stats
+    if final.is_dir():
+        why = _damaged_store(final)
+        if why is None:
+            return final, _kept_some(src.name, json.loads((final / "stats.json").read_text()))
+        _discard(final, why)
+    with building(final) as tmp:
+        items = source_items(src.files, src.builtin, src.text_field, cfg.clean.max_chars, scratch=tmp)
+        stats = ingest(items, tmp, _plain(cfg.clean), _plain(cfg.dedup), cfg.val_fraction, src.name,
+                       progress, cfg.workers)
+        write_json_atomic(tmp / "stats.json", stats)
+    return final, _kept_some(src.name, stats)
+
+
+def _kept_some(name: str, stats: Dict) -> Dict:
+    """The stats of a source that kept documents; else why not, as a one-line error."""
+    if not stats["kept"]:
+        dropped = sorted(stats["dropped"].items(), key=lambda kv: (-kv[1], kv[0]))
+        why = ", ".join(f"{n} {reason}" for reason, n in dropped) or "no documents read"
+        raise PretrainDataError(f"0 of {stats['in']} documents kept from {name}: {why} (check "
+                                f"data.sources.{name} and the filters data.clean.*, data.dedup.*)")
+    return stats
 
 
 def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path:
@@ -107,8 +212,11 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
         return tokenizers.check_given(str(tcfg.path))
     key = digest({"v": VERSION, "clean": sorted(s.clean_key for s in sources), "tokenizer": _plain(tcfg)})
     final = cache / "tokenizers" / key[:16]
-    if (final / "tokenizer.model").is_file():
-        return final / "tokenizer.model"
+    if final.is_dir():
+        why = tokenizers.unusable(final / "tokenizer.model")
+        if why is None:
+            return final / "tokenizer.model"
+        _discard(final, why)
     from pretrain.data.docstore import DocStore
     stores = [(_clean_store(s, cfg, cache, progress)) for s in sources]
     docs = sum(st["train"] for _, st in stores)
@@ -125,9 +233,8 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
         print(f"training a {tcfg.model_type} tokenizer (vocab {tcfg.vocab_size}) on "
               f"{len(sources)} source(s), {chars / 1e6:.1f} M chars", flush=True)
     every = tokenizers.keep_every(docs, chars, tcfg.train_sentences)
-    tmp = temp_dir_for(final)
-    tokenizers.train(tokenizers.training_sentences(texts(), every), tmp, tcfg, cfg.workers)
-    publish_dir(tmp, final)
+    with building(final) as tmp:
+        tokenizers.train(tokenizers.training_sentences(texts(), every), tmp, tcfg, cfg.workers)
     return final / "tokenizer.model"
 
 
@@ -136,33 +243,35 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool) -> 
                  "seq_length": cfg.seq_length, "packing": cfg.packing, "num_shards": cfg.num_shards}
     key = digest(key_parts)
     final = cache / "datasets" / f"{src.name}-{key[:16]}"
-    if (final / "manifest.json").is_file():
-        return Prepared.load(final, reused=True)
+    if final.is_dir():
+        why = _damaged_dataset(final)
+        if why is None:
+            return Prepared.load(final, reused=True)
+        _discard(final, why)
     from pretrain.data.build import build_shards
     from pretrain.data.docstore import DocStore
     store_dir, docs = _clean_store(src, cfg, cache, progress)
     docs = dict(docs)
     clean_s = docs.pop("seconds")
-    tok = tokenizers.info(tok_path)
+    tok = {**tokenizers.info(tok_path), "path": _in_cache(tok_path, cache)}
     t0 = time.time()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_dir_for(final)
-    splits = build_shards(src.name, DocStore(store_dir), tok_path, tok, seq_length=cfg.seq_length,
-                          method=cfg.packing, num_shards=cfg.num_shards, workers=cfg.workers,
-                          out_dir=tmp, progress=progress)
-    manifest = {
-        "format": 1, "name": src.name, "seq_length": cfg.seq_length, "num_shards": cfg.num_shards,
-        "packing": cfg.packing, "layout": LAYOUT,
-        "source": {"paths": [str(f) for f in src.files], "builtin": src.builtin, "text_field": src.text_field,
-                   "files": len(src.files)},
-        "documents": docs, "train": splits["train"], "val": splits["val"], "tokenizer": tok,
-        "keys": {"dataset": key, "clean": src.clean_key, "config": digest(_plain_cfg(cfg)),
-                 "tokenizer_sha256": key_parts["tokenizer"]},
-        "seconds": {"read_clean_dedup": round(clean_s, 3), "tokenize_pack_shard": round(time.time() - t0, 3)},
-    }
-    check(manifest)
-    write_json_atomic(tmp / "manifest.json", manifest)
-    publish_dir(tmp, final)
+    with building(final) as tmp:
+        splits = build_shards(src.name, DocStore(store_dir), tok_path, tok, seq_length=cfg.seq_length,
+                              method=cfg.packing, num_shards=cfg.num_shards, workers=cfg.workers,
+                              out_dir=tmp, progress=progress)
+        manifest = {
+            "format": 1, "name": src.name, "seq_length": cfg.seq_length, "num_shards": cfg.num_shards,
+            "packing": cfg.packing, "layout": LAYOUT,
+            "source": {"paths": [str(f) for f in src.files], "builtin": src.builtin,
+                       "text_field": src.text_field, "files": len(src.files)},
+            "documents": docs, "train": splits["train"], "val": splits["val"], "tokenizer": tok,
+            "keys": {"dataset": key, "clean": src.clean_key, "config": digest(_plain_cfg(cfg)),
+                     "tokenizer_sha256": key_parts["tokenizer"]},
+            "seconds": {"read_clean_dedup": round(clean_s, 3),
+                        "tokenize_pack_shard": round(time.time() - t0, 3)},
+        }
+        check(manifest)
+        write_json_atomic(tmp / "manifest.json", manifest)
     return Prepared.load(final, reused=False)
 
 

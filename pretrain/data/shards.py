@@ -113,8 +113,10 @@ class ShardWriter:
             if self._buffers[s]:
                 self._flush(s)
             w.commit()
+            index = Path(f"{p}.db")
             out.append({"file": p.name, "rows": self.rows[s], "tokens": self.tokens[s],
-                        "sha256": file_sha256(p), "index_sha256": file_sha256(Path(f"{p}.db"))})
+                        "bytes": p.stat().st_size, "sha256": file_sha256(p),
+                        "index_bytes": index.stat().st_size, "index_sha256": file_sha256(index)})
         return out
 
 

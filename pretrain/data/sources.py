@@ -5,7 +5,9 @@ Formats: .txt (one document per file), .jsonl (one per line, text under a config
 .txt file of any size is decoded block by block and cut into pieces of clean.max_chars).
 
 Bad input never stops the run: each bad file, line or row is yielded as a `Drop` with its reason,
-so the manifest can account for every document (in = kept + dropped).
+so the manifest can account for every document (in = kept + dropped). What is wrong with one
+document (a NUL byte, a lone surrogate from a JSON escape, a badly encoded row) drops that
+document only; a whole file is dropped as `binary` only when it is not text at all.
 """
 import codecs
 import glob
@@ -16,6 +18,7 @@ import os
 import shutil
 import tempfile
 import zlib
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -27,7 +30,7 @@ from pretrain.data.hashing import piece_key
 
 FORMATS = (".txt", ".jsonl", ".parquet")
 COMPRESSIONS = ("", ".gz", ".zst")
-_SNIFF = 1 << 16          # bytes looked at for NUL bytes (binary files)
+_SNIFF = 1 << 16          # bytes looked at to tell a binary file from text
 _BLOCK = 1 << 20          # read size for streamed .txt files
 # What a broken, truncated or vanished file raises while being read.
 _READ_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
@@ -107,13 +110,17 @@ def fingerprint(files: Sequence[Path]) -> list:
     return out
 
 
-def read_documents(files: Sequence[Path], text_field: str, max_chars: int) -> Iterator[Item]:
+def read_documents(files: Sequence[Path], text_field: str, max_chars: int,
+                   scratch: Optional[Path] = None) -> Iterator[Item]:
+    """Documents and drops of `files`, in order. scratch: where a compressed parquet file is
+    unpacked while it is read (the build's temp directory, so an interrupted run leaves nothing
+    elsewhere); the system temp directory if None."""
     for path in files:
         fmt, comp = file_kind(path)
         reader = {".txt": _read_txt, ".jsonl": _read_jsonl, ".parquet": _read_parquet}[fmt]
         produced = False
         try:
-            for item in reader(path, comp, text_field, max_chars):
+            for item in reader(path, comp, text_field, max_chars, scratch):
                 produced = True
                 yield item
         except _READ_ERRORS:
@@ -146,19 +153,44 @@ def split_text(text: str, max_chars: int) -> List[str]:
     return pieces
 
 
-def _pieces(text: str, max_chars: int) -> Iterator[Doc]:
+def looks_binary(block: bytes) -> bool:
+    """Whether the start of a file says it is not text at all (an image, an archive, compressed
+    bytes under a text name): NUL bytes, and many of them or mostly undecodable bytes. One NUL
+    or one badly encoded line in a text file is that document's problem, decided per document."""
+    nul = block.count(0)
+    if not nul:
+        return False
+    if nul > max(1, len(block) // 100):
+        return True
+    text = block.decode("utf-8", errors="replace")
+    return text.count("\ufffd") > len(text) // 10
+
+
+def encodable(text: str) -> bool:
+    """False for text no UTF-8 file can hold: a lone surrogate (JSON's "\\ud800" decodes to one)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _pieces(text: str, max_chars: int) -> Iterator[Item]:
+    if not encodable(text):
+        yield Drop("invalid_unicode")
+        return
     parts = split_text(text, max_chars)
     key = piece_key(parts[0]) if len(parts) > 1 else None   # all pieces go to the same split
     for i, part in enumerate(parts):
         yield Doc(part, key=key, part=i)
 
 
-def _read_txt(path: Path, comp: str, text_field: str, max_chars: int) -> Iterator[Item]:
+def _read_txt(path: Path, comp: str, text_field: str, max_chars: int, scratch=None) -> Iterator[Item]:
     with _open(path, comp) as f:
         first = f.read(_SNIFF)
         if not first:
             return
-        if b"\0" in first:
+        if looks_binary(first):
             yield Drop("binary")
             return
         decoder = codecs.getincrementaldecoder("utf-8")("strict")
@@ -189,21 +221,23 @@ def _cut(text: str, max_chars: int) -> Tuple[str, str]:
     return head, text[len(head):]
 
 
-def _read_jsonl(path: Path, comp: str, text_field: str, max_chars: int) -> Iterator[Item]:
+def _read_jsonl(path: Path, comp: str, text_field: str, max_chars: int, scratch=None) -> Iterator[Item]:
     with _open(path, comp) as f:
         first = f.peek(_SNIFF)[:_SNIFF] if hasattr(f, "peek") else b""
-        if b"\0" in first:
+        if looks_binary(first):
             yield Drop("binary")
             return
         for line in f:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line.decode("utf-8"))
+                # strict=False: a raw control character (a NUL, a tab) inside a string is kept
+                # for the cleaner to remove, rather than losing the document.
+                obj = json.loads(line.decode("utf-8"), strict=False)
             except UnicodeDecodeError:
                 yield Drop("invalid_utf8")
                 continue
-            except ValueError:
+            except (ValueError, RecursionError):       # RecursionError: "[[[[..." nested too deep
                 yield Drop("malformed_json")
                 continue
             text = obj.get(text_field) if isinstance(obj, dict) else None
@@ -213,13 +247,13 @@ def _read_jsonl(path: Path, comp: str, text_field: str, max_chars: int) -> Itera
             yield from _pieces(text, max_chars)
 
 
-def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int) -> Iterator[Item]:
+def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int, scratch=None) -> Iterator[Item]:
     import pyarrow as pa
     import pyarrow.parquet as pq
     tmp = None
     try:
         if comp:   # parquet needs random access: decompress to a temp file first (streamed)
-            fd, tmp = tempfile.mkstemp(suffix=".parquet")
+            fd, tmp = tempfile.mkstemp(suffix=".parquet", dir=scratch)
             with os.fdopen(fd, "wb") as out, _open(path, comp) as src:
                 shutil.copyfileobj(src, out, _BLOCK)
             path = Path(tmp)
@@ -232,15 +266,38 @@ def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int) -> Ite
             if pf.metadata.num_rows:
                 yield Drop("missing_field", pf.metadata.num_rows)
             return
+        seen = 0
         try:
             for batch in pf.iter_batches(columns=[text_field], batch_size=1024):
-                for text in batch.column(0).to_pylist():
-                    if isinstance(text, str):
-                        yield from _pieces(text, max_chars)
+                for value in _texts(batch.column(0)):
+                    seen += 1
+                    if isinstance(value, Drop):
+                        yield value
                     else:
-                        yield Drop("missing_field")
+                        yield from _pieces(value, max_chars)
         except (pa.ArrowException, ValueError):
-            yield Drop("unreadable")
+            # The rest of the file cannot be read: count its rows (the footer knows how many).
+            yield Drop("unreadable", max(1, pf.metadata.num_rows - seen))
     finally:
         if tmp:
-            os.unlink(tmp)
+            with suppress(OSError):      # gone already if the build's temp directory was removed
+                os.unlink(tmp)
+
+
+def _texts(column) -> Iterator[Union[str, Drop]]:
+    """A parquet column's values as str, each row decoded on its own (a badly encoded row drops
+    that row, not the rest of the file); a null or a value that is not a string is a missing field."""
+    import pyarrow as pa
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        raw = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+        for b in raw.to_pylist():
+            if b is None:
+                yield Drop("missing_field")
+                continue
+            try:
+                yield b.decode("utf-8")
+            except UnicodeDecodeError:
+                yield Drop("invalid_utf8")
+        return
+    for v in column.to_pylist():
+        yield v if isinstance(v, str) else Drop("missing_field")

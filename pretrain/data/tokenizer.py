@@ -4,8 +4,9 @@ Trained models reserve pad=0, eos=1 (the end-of-document token, EOD), bos=2, unk
 text exactly: no NFKC, no whitespace collapsing (code indentation matters), a "\\n" piece, digits
 split one per token (arithmetic), byte fallback for characters outside the vocabulary.
 """
+import re
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 from pretrain.config.errors import PretrainDataError
 from pretrain.data.hashing import file_sha256
@@ -22,13 +23,37 @@ def check_given(path: str) -> Path:
     return p
 
 
-def load(path: Path):
+def _cached(path: Path) -> bool:
+    """A tokenizer that prepare() trained into the cache (data.cache_dir/tokenizers/<key>/), as
+    opposed to one the user named in data.tokenizer.path."""
+    p = Path(path)
+    return p.parent.parent.name == "tokenizers" and re.fullmatch("[0-9a-f]{16}", p.parent.name) is not None
+
+
+def _problem(path: Path) -> Optional[str]:
     import sentencepiece as spm
     try:
-        return spm.SentencePieceProcessor(model_file=str(path))
+        spm.SentencePieceProcessor(model_file=str(path))
     except (OSError, RuntimeError) as exc:
-        raise PretrainDataError(f"data.tokenizer.path: {str(path)!r} is not a sentencepiece model "
-                                f"({exc})") from None
+        return f"not a sentencepiece model ({str(exc).strip() or type(exc).__name__})"
+    return None
+
+
+def unusable(path: Path) -> Optional[str]:
+    """Why a tokenizer file cannot be used (missing, truncated, not a model), or None."""
+    return "missing" if not Path(path).is_file() else _problem(path)
+
+
+def load(path: Path):
+    import sentencepiece as spm
+    why = unusable(path)
+    if why is None:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    if _cached(path):      # name the cache, not a key the user never set
+        cache = Path(path).parent.parent.parent
+        raise PretrainDataError(f"cached tokenizer {str(path)!r} is {why} (in data.cache_dir {str(cache)!r}; "
+                                f"delete {str(Path(path).parent)!r} and prepare again to rebuild it)")
+    raise PretrainDataError(f"data.tokenizer.path: {str(path)!r} is {why}")
 
 
 def info(path: Path) -> dict:
