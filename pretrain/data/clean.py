@@ -3,9 +3,7 @@ import re
 import unicodedata
 from typing import Optional, Tuple
 
-from pretrain.config.errors import PretrainDataError
-
-FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")
+FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")   # data.clean.normalize (checked in config/validate.py)
 # C0/C1 control characters except tab and newline, plus the byte-order mark and the
 # replacement character (what a lossy decoder left behind).
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff\ufffd]")
@@ -17,9 +15,6 @@ _SPACE = re.compile(r"\s")
 
 class Cleaner:
     def __init__(self, cfg) -> None:
-        if cfg.normalize not in FORMS:
-            raise PretrainDataError(f"data.clean.normalize: unknown form {cfg.normalize!r} "
-                                    f"(one of {', '.join(FORMS)})")
         self.form = None if cfg.normalize == "none" else cfg.normalize
         self.min_chars = cfg.min_chars
         self.max_symbol_ratio = cfg.max_symbol_ratio
