@@ -6,7 +6,7 @@ launcher for the whole launch) holds an exclusive flock on RUN_DIR/.lock. The ke
 when the holder dies, however it dies, so a kill -9 leaves no stale lock; the file itself stays
 (pid and host of the last holder, for the error the next contender prints). Ranks never lock:
 they run under their launcher's lock, which msrun inherits (held_fd) so orphaned ranks still hold
-it after a kill -9 of the launcher.
+it after a kill -9 of the launcher; forked helpers do not inherit it.
 """
 import fcntl
 import json
@@ -23,6 +23,21 @@ LOCK_FILE = ".lock"
 DRY_RUN_DIR = "dry_run"     # where a dry run on a directory that holds a run writes its config and plan
 
 _held: Dict[str, int] = {}  # resolved run dir -> fd of the lock this process holds
+
+
+def _close_in_forked_child() -> None:
+    # A forked helper (a data-preparation pool worker) must not keep the run dir locked after the
+    # run is gone; closing the child's copy leaves the parent's lock in place. (subprocess with
+    # pass_fds, how msrun gets the lock on purpose, does not run these hooks.)
+    for fd in _held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_forked_child)
 
 
 class RunDirBusy(PretrainRunError):

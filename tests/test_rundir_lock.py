@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from rundir_fakes import SMALL, pretrain
@@ -67,6 +68,27 @@ def test_a_launched_child_given_the_lock_keeps_it_after_the_launcher_lets_go(tmp
         child.kill()
         child.wait()
     RunDirLock(run_dir).acquire().release()
+
+
+def test_a_forked_helper_does_not_keep_the_lock_after_its_parent(tmp_path):
+    # a data-preparation pool worker orphaned by a killed run must not block the next run
+    run_dir = tmp_path / "run"
+    lock = RunDirLock(run_dir).acquire()
+    ready, tell = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the helper (at-fork hooks done) outlives the lock holder
+        os.write(tell, b"x")
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert os.read(ready, 1) == b"x"
+        lock.release()
+        RunDirLock(run_dir).acquire().release()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(ready)
+        os.close(tell)
 
 
 def test_a_second_run_in_a_locked_run_dir_is_refused_in_one_line_and_writes_nothing(tmp_path):
