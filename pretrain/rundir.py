@@ -101,7 +101,8 @@ def holds_run(run_dir: Union[str, os.PathLike]) -> bool:
     were made with, so only an accepted run may replace them."""
     ckpt = Path(run_dir) / "checkpoints"
     try:
-        return ckpt.is_dir() and any(e.name.startswith("step_") or e.name == QUARANTINE for e in ckpt.iterdir())
+        return ckpt.is_dir() and any(e.name.startswith("step_") or e.name == QUARANTINE
+                                     for e in ckpt.iterdir())
     except OSError:
         return False
 
@@ -131,4 +132,17 @@ def _describe(fd: int) -> str:
         holder = {}
     if not holder.get("pid"):
         return "another process (it has not written its pid yet)"
-    return f"pid {holder['pid']} on host {holder.get('host', '?')} (since {holder.get('since', '?')})"
+    who = f"pid {holder['pid']} on host {holder.get('host', '?')} (since {holder.get('since', '?')})"
+    if holder.get("host") == socket.gethostname() and not _alive(int(holder["pid"])):
+        who += ", which has exited: a process it started (msrun and its ranks) still holds the lock"
+    return who
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process
+        return True
+    return True

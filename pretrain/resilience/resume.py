@@ -81,11 +81,14 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
     changed = [k for k in config_changes(saved, current) if k not in NOT_THE_RUN]
     refused = [k for k in changed if not any(fnmatchcase(k, pattern) for pattern in RESUMABLE)]
     if refused:
-        listed = ", ".join(f"{k} ({old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r})" for k in refused)
+        listed = ", ".join(f"{k} ({old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r})"
+                           for k in refused[:8])
+        listed += f" and {len(refused) - 8} more" if len(refused) > 8 else ""
         raise PretrainRunError(
             f"this run's config differs from the one {where} was written with in {listed}: a resume may "
-            f"only change {', '.join(RESUMABLE)}. Restore those keys (run_dir/config.yaml or the command "
-            f"line), or use another run_dir for a new run")
+            f"only change LR values, log/eval/save intervals, keep_checkpoint_max, resilience.* and the "
+            f"rendezvous address (RESUMABLE in pretrain/resilience/resume.py). Restore those keys "
+            f"(run_dir/config.yaml or the command line), or use another run_dir for a new run")
     return [(k, old.get(k), new.get(k)) for k in changed]
 
 
