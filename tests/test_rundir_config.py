@@ -31,6 +31,23 @@ def test_allowed_changes_are_returned_with_both_values():
         ("train.log_every", 1, 5)]
 
 
+def test_a_key_added_since_the_checkpoint_is_recorded_but_a_removed_one_refused():
+    now = changed(data__document_mask=True)   # a key a newer pretrain added: nothing to restore
+    assert resume_changes(SAVED, now, "ckpt") == [("data.document_mask", None, True)]
+    del now["train"]["total_tokens"]
+    with pytest.raises(PretrainRunError, match=r"train.total_tokens \(100 -> '<absent>'\)"):
+        resume_changes(SAVED, now, "ckpt")
+
+
+def test_a_long_list_of_refused_keys_stays_one_readable_line():
+    saved = {"model": {f"k{i:02d}": i for i in range(12)}}
+    with pytest.raises(PretrainRunError) as err:
+        resume_changes(saved, {"model": {f"k{i:02d}": i + 100 for i in range(12)}}, "c")
+    message = str(err.value)
+    assert "model.k07 (7 -> 107)" in message and "model.k08" not in message
+    assert "and 4 more" in message and "\n" not in message
+
+
 def test_where_the_run_is_is_not_a_change():
     assert resume_changes(SAVED, changed(run_dir="/abs/runs/a", dry_run=True), "ckpt") == []
     assert resume_changes(None, SAVED, "ckpt") == []   # a checkpoint from before configs were saved

@@ -57,7 +57,8 @@ def find_start(phases: Sequence[str], previous: Optional[str],
 # The one list of config keys a resumed run may change (dotted, fnmatch patterns): learning-rate
 # values, cadences, retention, guard thresholds and timeouts, the rendezvous port. Each change is
 # accepted and recorded as a `config_change` event. Any other difference (architecture, data,
-# batch, token budget, seed, layout) makes it another run, and is refused.
+# batch, token budget, seed, layout) makes it another run, and is refused; a key the checkpoint's
+# config does not have yet (added by a newer version) is accepted and recorded.
 RESUMABLE = (
     "phase.lr.*", "phase.*.lr.*", "train.lr_peak", "model.lr_peak",
     "train.log_every", "train.eval_every", "train.eval_batches",
@@ -79,7 +80,9 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
         return []
     old, new = _flatten(saved), _flatten(current)
     changed = [k for k in config_changes(saved, current) if k not in NOT_THE_RUN]
-    refused = [k for k in changed if not any(fnmatchcase(k, pattern) for pattern in RESUMABLE)]
+    # A key the checkpoint's config lacks is one a newer pretrain added: the user cannot restore it,
+    # so it is accepted and recorded like an allowed change.
+    refused = [k for k in changed if k in old and not any(fnmatchcase(k, pattern) for pattern in RESUMABLE)]
     if refused:
         listed = ", ".join(f"{k} ({old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r})"
                            for k in refused[:8])
