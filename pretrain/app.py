@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from pretrain import rundir
 from pretrain.config import validate
 from pretrain.config.errors import PretrainConfigError, PretrainDataError, PretrainRunError
 from pretrain.io import write_atomic
@@ -51,7 +52,7 @@ def run_job(cfg: DictConfig) -> None:
 
 
 def execute(cfg: DictConfig) -> Dict[str, Any]:
-    """compose (done) -> check -> plan -> freeze -> data -> launch. Returns the sweep row."""
+    """compose (done) -> check -> plan -> lock, accept, freeze -> data -> launch. Returns the sweep row."""
     validate.check(cfg)
     from pretrain.plan.planner import format_plan, plan as make_plan
     plan = make_plan(cfg)
@@ -63,22 +64,62 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     scripts_only = cfg.hardware.num_nodes > 1 and status == "plan only"
     if refused and not (dry or scripts_only):
         raise PretrainConfigError("\n".join(refused))
-    run_dir = freeze(cfg, plan.to_dict())
     from pretrain.sweep.summary import plan_row
     row = {"status": status, "reason": "; ".join(refused), **plan_row(plan)}
     for line in refused:
         print(f"{status}: {line}")
     from pretrain.launch import launch
-    row.update(launch(cfg, run_dir, dry=dry) or {})
+    run_dir = Path(cfg.run_dir)
     if dry:
-        print(f"dry run: resolved config and plan written to {run_dir}")
+        where = dry_run_freeze(cfg, plan.to_dict(), run_dir)
+        row.update(launch(cfg, run_dir, dry=True) or {})
+        print(f"dry run: resolved config and plan written to {where}"
+              + ("" if where == run_dir else f" ({run_dir} holds a run; its config.yaml and plan.json are "
+                                             f"left as they are)"))
+        return row
+    # Held until the launch returns: the in-process run, or msrun and every rank it starts.
+    with rundir.RunDirLock(run_dir):
+        accept(cfg, run_dir)
+        freeze(cfg, plan.to_dict(), run_dir)
+        row.update(launch(cfg, run_dir) or {})
     return row
 
 
-def freeze(cfg: DictConfig, plan: Dict[str, Any]) -> Path:
+def accept(cfg: DictConfig, run_dir: Path) -> None:
+    """Refuse, before the run dir's config.yaml and plan.json are replaced, a run that could not
+    continue from its checkpoints: none verifies (unusable ones are quarantined), another phase
+    selection, or a config change a resume may not make."""
+    if not (run_dir / "checkpoints").is_dir():
+        return
+    from pretrain.resilience.checkpoint import CheckpointManager
+    from pretrain.resilience.events import EventLog
+    from pretrain.train.runner import start_point
+    with EventLog(run_dir / "events.jsonl") as events:
+        checkpoints = CheckpointManager(run_dir / "checkpoints", events=events,
+                                        keep_latest=int(cfg.train.keep_checkpoint_max),
+                                        start_fresh=bool(cfg.resilience.start_fresh))
+        start_point(cfg, checkpoints)
+
+
+def dry_run_freeze(cfg: DictConfig, plan: Dict[str, Any], run_dir: Path) -> Path:
+    """A dry run never blocks on, nor overwrites, a run: it writes into run_dir only while that
+    holds no checkpoints and no run holds its lock, else into run_dir/dry_run/."""
+    try:
+        lock = rundir.RunDirLock(run_dir).acquire()
+    except rundir.RunDirBusy:
+        return freeze(cfg, plan, run_dir / rundir.DRY_RUN_DIR)
+    try:
+        return freeze(cfg, plan, run_dir / rundir.DRY_RUN_DIR if rundir.holds_run(run_dir) else run_dir)
+    finally:
+        lock.release()
+
+
+def freeze(cfg: DictConfig, plan: Dict[str, Any], where: Path) -> Path:
     """The resolved config every rank reads (no Hydra in the ranks) and the plan beside it."""
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    write_atomic(run_dir / "plan.json", json.dumps(plan, indent=2, default=str))
-    return run_dir
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        write_atomic(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        write_atomic(where / "plan.json", json.dumps(plan, indent=2, default=str))
+    except OSError as e:
+        raise rundir.not_writable(where, e) from None
+    return where

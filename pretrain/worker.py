@@ -15,11 +15,23 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pretrain.app import USER_ERRORS
+from pretrain.config.errors import PretrainRunError
 from pretrain.io import write_atomic
 
 
 def status_path(run_dir: Path, rank: int, kind: str = "exit") -> Path:
     return run_dir / "logs" / f"rank_{rank}.{kind}"
+
+
+def load_frozen(run_dir: Path):
+    """The frozen config; a hand edit that broke its YAML is one line, not a traceback per rank.
+    (A key edited since the checkpoint is checked by the runner: runner.start_point.)"""
+    try:
+        return OmegaConf.load(run_dir / "config.yaml")
+    except Exception as e:   # yaml's and OmegaConf's errors have no common base worth naming
+        raise PretrainRunError(f"{run_dir / 'config.yaml'} does not load ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}): restore it (each checkpoint's "
+                               f"state.json holds the resolved config it was made with, under \"config\")") from None
 
 
 def main(argv=None) -> int:
@@ -40,7 +52,7 @@ def main(argv=None) -> int:
     status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
         from pretrain.train.runner import run
-        cfg = OmegaConf.load(run_dir / "config.yaml")
+        cfg = load_frozen(run_dir)
         cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
         summary = run(cfg)
         status.update(exit=0, error="", **summary.get("rank_evidence", {}))

@@ -347,3 +347,67 @@ def test_data_parallel_ranks_roll_back_together_and_stay_identical(tmp_path, dat
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"]
     assert ranks[0]["rows"] == ranks[1]["rows"] == (STEPS + 18 - 12) * 4  # the 6 rolled-back steps ran twice
     assert [r["step"] for r in cli.train_records()] == list(range(1, STEPS + 1))
+
+
+# ---- issue 12: nothing lost, nothing silent (the fast, fake-checkpoint cases: tests/test_rundir_*.py)
+
+def test_every_checkpoint_corrupted_stops_with_exit_2_until_start_fresh_is_asked_for(stopped, reference,
+                                                                                     tmp_path, data_cache):
+    first, _ = stopped
+    cli = copy_of(first, tmp_path, data_cache)
+    names = sorted(p.name for p in cli.run_dir.glob("checkpoints/step_*"))
+    for name in names:
+        target = cli.checkpoint(name) / "weights.safetensors"
+        target.chmod(0o644)
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        target.write_bytes(bytes(data))
+    frozen = (cli.run_dir / "config.yaml").read_bytes()
+
+    assert cli.run() == 2   # before: exit 0, trained from step 0 over them, retention pruned them
+    out, err = cli.output()
+    error, = err.strip().splitlines()
+    assert error.startswith("error: no usable checkpoint") and all(f"{n} (" in error for n in names)
+    assert sorted(p.name for p in cli.run_dir.glob("checkpoints/quarantine/step_*[0-9]")) == names
+    assert (cli.run_dir / "config.yaml").read_bytes() == frozen and "trained" not in out
+
+    cli.ok(cli.run("resilience.start_fresh=true"))
+    assert sorted(p.name for p in cli.run_dir.glob("checkpoints/quarantine/step_*[0-9]")) == names  # kept
+    assert [e["kind"] for e in cli.events()].count("resume") == 0
+    assert_same_run(cli, reference)   # from step 0, and metrics.jsonl holds each step once
+
+
+def test_two_identical_commands_at_once_one_trains_the_other_is_refused(reference, tmp_path, data_cache):
+    cli = Cli(tmp_path, data_cache)
+    first = cli.start()
+    try:
+        lock, deadline = cli.run_dir / ".lock", time.monotonic() + 120
+        while not (lock.exists() and f'"pid": {first.pid}' in lock.read_text()):   # the first holds it
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert cli.run(timeout=120) == 2   # before: both trained from step 0 into one run dir
+        _, err = cli.output()
+        assert err.strip().startswith(f"error: run_dir {RUN} is in use by pid {first.pid} on host")
+        assert first.wait(timeout=300) == 0
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert_same_run(cli, reference)
+
+
+def test_a_resume_accepts_and_logs_allowed_config_changes_and_refuses_the_rest(stopped, reference, tmp_path,
+                                                                             data_cache):
+    first, _ = stopped
+    cli = copy_of(first, tmp_path, data_cache)
+    frozen = {n: (cli.run_dir / n).read_bytes() for n in ("config.yaml", "plan.json")}
+    assert cli.run("train.seed=7", "model.hidden_size=128") == 2
+    error, = cli.output()[1].strip().splitlines()
+    assert "model.hidden_size (64 -> 128)" in error and "train.seed (1234 -> 7)" in error
+    assert {n: (cli.run_dir / n).read_bytes() for n in frozen} == frozen   # before: overwritten
+
+    cli.ok(cli.run("train.keep_checkpoint_max=4", "resilience.watchdog_timeout_s=600"))
+    changes = {e["key"]: (e["old"], e["new"]) for e in cli.events("config_change")}
+    assert changes == {"train.keep_checkpoint_max": (3, 4), "resilience.watchdog_timeout_s": (900.0, 600.0)}
+    assert "train.keep_checkpoint_max 3 -> 4" in cli.output()[0]
+    assert "keep_checkpoint_max: 4" in (cli.run_dir / "config.yaml").read_text()   # accepted: replaced
+    assert_same_run(cli, reference)

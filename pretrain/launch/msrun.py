@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from omegaconf import DictConfig
 
+from pretrain import rundir
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.validate import num_devices
 
@@ -63,7 +64,10 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
     cmd = command(cfg, run_dir)
     print("launch:", shlex.join(cmd), flush=True)
     started = time.time()
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    # msrun inherits the run dir's lock (pretrain.rundir), so it stays held while msrun and its
+    # ranks live, even when this launcher is killed.
+    lock = rundir.held_fd(run_dir)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, pass_fds=() if lock is None else (lock,))
     ranks = RankWatch(logs, num_devices(cfg.hardware))
     try:
         with _forward_stop_signals(ranks):

@@ -8,13 +8,18 @@ Layout of a run's checkpoint directory:
         state.json                  the caller's JSON extras (phase, data position, RNG, guards ...)
         manifest.json               size + sha256 of each file above, step, tag, config hash
     latest                          name of the newest published checkpoint (for people and tools)
+    quarantine/step_00000300/       a checkpoint that failed verification, moved aside (with
+    quarantine/step_00000300.reason why): kept for a person, never pruned, never counted
     .tmp-step_00000300-<pid>/       a save in progress, or a crashed one: readers never look here
 
 A save writes into the .tmp dir, fsyncs every file and the dir, writes the manifest last, then
 renames the dir into place (atomic on POSIX) and only then rewrites `latest`. So a crash at any
 moment leaves either the complete new checkpoint or none of it. Readers do not trust `latest`:
 latest() scans the step_* dirs newest first and returns the first whose manifest verifies, so a
-truncated or bit-flipped checkpoint is skipped (with a `fallback` event) rather than loaded.
+truncated or bit-flipped checkpoint is skipped (with a `fallback` event) rather than loaded, and
+moved into quarantine/ (a `quarantine` event) so retention neither counts nor deletes it. When no
+checkpoint verifies but some were there, latest() refuses to let the run start from step 0 over
+them unless start_fresh is set: a silent fresh start would overwrite weeks of progress.
 
 One writer per directory: only one process (rank 0 under data parallelism) saves into it.
 """
@@ -28,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.io import fsync_dir, write_atomic
@@ -41,6 +46,7 @@ WEIGHTS = "weights.safetensors"
 STATE = "state.json"
 MANIFEST = "manifest.json"
 POINTER = "latest"
+QUARANTINE = "quarantine"
 MANIFEST_VERSION = 1
 _NAME = re.compile(r"^step_(\d{8,})(?:-([A-Za-z0-9._-]+))?$")
 _TAG = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -64,12 +70,25 @@ def checkpoint_name(step: int, tag: Optional[str] = None) -> str:
 
 class CheckpointManager:
     def __init__(self, directory: Union[str, os.PathLike], *, keep_latest: int,
-                 events: Optional[EventLog] = None, config_hash: str = "", async_save: bool = False):
+                 events: Optional[EventLog] = None, config_hash: str = "", async_save: bool = False,
+                 writer: bool = True, start_fresh: bool = False):
+        """`writer`: this process owns the directory (rank 0): only it saves, prunes and quarantines.
+        `start_fresh`: when no checkpoint verifies, quarantine them and let the run start from step 0
+        (resilience.start_fresh) instead of refusing."""
         if keep_latest < 1:
             raise PretrainConfigError(f"train.keep_checkpoint_max={keep_latest}: must be >= 1, the newest "
                                       "checkpoint is what a restart resumes from")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise PretrainRunError(f"{self.directory} is not a directory: move it away, the run keeps its "
+                                   f"checkpoints there") from None
+        except OSError as e:
+            raise PretrainRunError(f"cannot create {self.directory} ({e.strerror}): make the run_dir "
+                                   f"writable or choose another run_dir") from None
+        self.writer = writer
+        self.start_fresh = start_fresh
         self.keep_latest = keep_latest
         self.events = events
         self.config_hash = config_hash
@@ -253,7 +272,10 @@ class CheckpointManager:
     def latest(self, tag: Optional[str] = None,
                before_step: Optional[int] = None) -> Optional[CheckpointInfo]:
         """The newest checkpoint that verifies (optionally: with this tag; with step < before_step).
-        Each newer one that fails verification is logged as a `fallback` with its reason."""
+        Each newer one that fails verification is logged as a `fallback` with its reason and moved
+        into quarantine/. Unfiltered (where a run starts), no verified checkpoint among some that
+        exist, or were quarantined before, is an error unless start_fresh is set."""
+        found, bad = None, []
         for info in self.list():
             if tag is not None and info.tag != tag:
                 continue
@@ -261,10 +283,74 @@ class CheckpointManager:
                 continue
             problem = verify(info.path)
             if problem is None:
-                return replace(info, verified=True)
-            log.warning("checkpoint %s is unusable (%s); falling back to an older one", info.path, problem)
-            self._log("fallback", step=info.step, path=str(info.path), reason=problem)
-        return None
+                found = replace(info, verified=True)
+                break
+            log.warning("checkpoint %s is unusable (%s)", info.path, problem)
+            bad.append((info, problem))
+        for info, problem in bad:
+            if found is not None:
+                self._log("fallback", step=info.step, path=str(info.path), reason=problem,
+                          resumes_from=found.path.name)
+            self._quarantine(info, problem)
+        if found is None and tag is None and before_step is None:
+            self._no_fresh_start_over(bad)
+        return found
+
+    def quarantined(self) -> List[Tuple[str, str]]:
+        """(name, reason) of every checkpoint in quarantine/, oldest name first."""
+        qdir = self.directory / QUARANTINE
+        if not qdir.is_dir():
+            return []
+        out = []
+        for entry in sorted(qdir.iterdir()):
+            if entry.is_dir():
+                try:
+                    reason = entry.with_name(entry.name + ".reason").read_text(encoding="utf-8").strip()
+                except OSError:
+                    reason = "reason not recorded (see events.jsonl)"
+                out.append((entry.name, reason))
+        return out
+
+    def _quarantine(self, info: CheckpointInfo, problem: str) -> None:
+        """Move an unusable checkpoint out of the step_* namespace (so no reader, retention or
+        keep_latest count sees it again) into quarantine/, with its reason beside it."""
+        if not self.writer:   # another rank owns the directory; it moves it
+            return
+        qdir = self.directory / QUARANTINE
+        target, n = qdir / info.path.name, 1
+        while target.exists():   # the same step went bad twice: keep both
+            target, n = qdir / f"{info.path.name}.{n}", n + 1
+        try:
+            qdir.mkdir(exist_ok=True)
+            os.rename(info.path, target)
+            fsync_dir(self.directory)
+            write_atomic(target.with_name(target.name + ".reason"), problem + "\n")
+        except OSError as e:
+            self._log("error", step=info.step, path=str(info.path), reason=f"quarantine failed: {e}")
+            return
+        if self._read_pointer() == info.path.name:
+            (self.directory / POINTER).unlink(missing_ok=True)   # the next save points it again
+        self._log("quarantine", step=info.step, path=str(info.path), to=str(target), reason=problem)
+
+    def _no_fresh_start_over(self, bad: List[Tuple[CheckpointInfo, str]]) -> None:
+        """The run would start from step 0 in a directory whose checkpoints all failed: refuse (one
+        line naming each and why) unless start_fresh says that is what the user wants."""
+        named = {name: reason for name, reason in self.quarantined()}
+        for info, problem in bad:
+            named.setdefault(info.path.name, problem)
+        if not named:
+            return
+        if self.start_fresh:
+            log.warning("no checkpoint in %s verifies; resilience.start_fresh=true: starting from step 0",
+                        self.directory)
+            return
+        where = (f"moved to {self.directory / QUARANTINE}" if self.writer
+                 else f"left in {self.directory}")
+        listed = "; ".join(f"{name} ({reason})" for name, reason in sorted(named.items(), reverse=True))
+        raise PretrainRunError(
+            f"no usable checkpoint in {self.directory}, nothing was started: {listed}; {where}. Put a good "
+            f"copy back into {self.directory}, or set resilience.start_fresh=true to train from step 0 in "
+            f"this run_dir")
 
     def load(self, info: CheckpointInfo, cell: Any, *, allow_config_change: bool = False) -> Dict[str, Any]:
         """Load the checkpoint's parameters into `cell` (every parameter of the cell must be in it,

@@ -30,6 +30,10 @@ class ResilienceConfig:
     watchdog_timeout_s: float = 900.0    # no step finished for this long: dump stacks, exit 75
     first_step_timeout_s: float = 3600.0 # the first step includes graph compilation
     async_save: bool = False             # write checkpoints from a background thread
+    # true: when no checkpoint in the run dir verifies, move them to checkpoints/quarantine/ and train
+    # from step 0. false: that is an error, never a silent fresh start. A checkpoint that verifies is
+    # always resumed from, so the key can stay in a command that a supervisor repeats.
+    start_fresh: bool = False
 
 
 def spike_guard(res: Any) -> SpikeGuard:

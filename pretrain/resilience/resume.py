@@ -9,7 +9,8 @@ checkpoint that verifies (CheckpointManager.latest() logs each newer one it pass
 Anything else is a one-line error naming the checkpoint and what to do.
 """
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from fnmatch import fnmatchcase
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience.checkpoint import CheckpointInfo, CheckpointManager, read_state
@@ -51,6 +52,47 @@ def find_start(phases: Sequence[str], previous: Optional[str],
         f"this run (phases {list(phases)}) does not train: use another run_dir, or the phase "
         f"selection that wrote them"
     )
+
+
+# The one list of config keys a resumed run may change (dotted, fnmatch patterns): learning-rate
+# values, cadences, retention, guard thresholds and timeouts, the rendezvous port. Each change is
+# accepted and recorded as a `config_change` event. Any other difference (architecture, data,
+# batch, token budget, seed, layout) makes it another run, and is refused; a key the checkpoint's
+# config does not have yet (added by a newer version) is accepted and recorded.
+RESUMABLE = (
+    "phase.lr.*", "phase.*.lr.*", "train.lr_peak", "model.lr_peak",
+    "train.log_every", "train.eval_every", "train.eval_batches",
+    "train.save_every_steps", "train.save_every_minutes", "train.keep_checkpoint_max",
+    "resilience.*",
+    "hardware.master_addr", "hardware.master_port",
+    "data.workers", "launcher", "run_name",
+)
+# Where the run is, not what it is: the worker sees run_dir as an absolute path, a moved run dir
+# is the same run, and a frozen config of an accepted run always has dry_run=false.
+NOT_THE_RUN = ("run_dir", "dry_run")
+
+
+def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
+                   where: str) -> List[Tuple[str, Any, Any]]:
+    """(key, checkpoint's value, this run's value) for every allowed change; a change outside
+    RESUMABLE is one PretrainRunError line listing each such key (`where`: the checkpoint)."""
+    if saved is None:
+        return []
+    old, new = _flatten(saved), _flatten(current)
+    changed = [k for k in config_changes(saved, current) if k not in NOT_THE_RUN]
+    # A key the checkpoint's config lacks is one a newer pretrain added: the user cannot restore it,
+    # so it is accepted and recorded like an allowed change.
+    refused = [k for k in changed if k in old and not any(fnmatchcase(k, pattern) for pattern in RESUMABLE)]
+    if refused:
+        listed = ", ".join(f"{k} ({old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r})"
+                           for k in refused[:8])
+        listed += f" and {len(refused) - 8} more" if len(refused) > 8 else ""
+        raise PretrainRunError(
+            f"this run's config differs from the one {where} was written with in {listed}: a resume may "
+            f"only change LR values, log/eval/save intervals, keep_checkpoint_max, resilience.* and the "
+            f"rendezvous address (RESUMABLE in pretrain/resilience/resume.py). Restore those keys "
+            f"(run_dir/config.yaml or the command line), or use another run_dir for a new run")
+    return [(k, old.get(k), new.get(k)) for k in changed]
 
 
 def config_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any]) -> List[str]:

@@ -15,7 +15,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,7 +27,7 @@ from pretrain.plan.planner import flops_per_token, model_shape
 from pretrain.resilience import config as resilience
 from pretrain.resilience.checkpoint import CheckpointManager, read_state
 from pretrain.resilience.events import EventLog
-from pretrain.resilience.resume import Start, config_changes, find_start
+from pretrain.resilience.resume import Start, find_start, resume_changes
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import ranks
 from pretrain.train.metrics import METRICS_FILE, MetricsWriter
@@ -94,9 +94,10 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         events=events,
         config_hash=architecture_hash(architecture(cfg)),
         async_save=bool(cfg.resilience.async_save),
+        writer=logging_rank,
+        start_fresh=bool(cfg.resilience.start_fresh),
     )
-    previous = previous_phase(str(plist[0].name)) if len(plist) == 1 else None
-    start = find_start([str(p.name) for p in plist], previous, checkpoints)  # before the slow parts
+    start, changes = start_point(cfg, checkpoints)  # before the slow parts
 
     from pretrain.data.prepare import prepare
 
@@ -106,7 +107,9 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     metrics = MetricsWriter(run_dir, enabled=logging_rank)
     trainer = build_trainer(cfg, pad, metrics, checkpoints, events)
     if start is not None:
-        resume(trainer, checkpoints, start, events)
+        resume(trainer, checkpoints, start, events, changes)
+    else:  # a fresh start runs every step again: one record per step (a crash before the first save)
+        metrics.rewind(0)
     schedules = curriculum(plist, steps, start=trainer.state.lr_start)
     plans = phase_plans(cfg, prepared, plist, schedules)
     fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)
@@ -150,6 +153,22 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     return summary
 
 
+def start_point(
+    cfg: DictConfig, checkpoints: CheckpointManager
+) -> Tuple[Optional[Start], List[Tuple[str, Any, Any]]]:
+    """Where this run continues from, and the config changes it makes to its own checkpoint's run
+    (each allowed by resume.RESUMABLE; any other raises). Run by the launcher before it replaces
+    run_dir/config.yaml, and again by every rank, which may read a config.yaml edited since."""
+    plist = phases(cfg)
+    previous = previous_phase(str(plist[0].name)) if len(plist) == 1 else None
+    start = find_start([str(p.name) for p in plist], previous, checkpoints)
+    if start is None or start.handoff:   # a hand-off starts another phase: its config differs by design
+        return start, []
+    saved = read_state(start.info).get("config")
+    now = OmegaConf.to_container(cfg, resolve=True)
+    return start, resume_changes(saved, now, f"checkpoint {start.info.path}")
+
+
 def rank_evidence(trainer: Trainer, fed: ranks.RowLog, results: List[Dict[str, Any]]) -> Dict[str, Any]:
     """The rows this rank trained on, the last loss it saw (the mean over the data-parallel ranks)
     and, for data-parallel replicas (which must end identical), a digest of its final weights."""
@@ -161,7 +180,8 @@ def rank_evidence(trainer: Trainer, fed: ranks.RowLog, results: List[Dict[str, A
 
 
 def resume(
-    trainer: Trainer, checkpoints: CheckpointManager, start: Start, events: Optional[EventLog]
+    trainer: Trainer, checkpoints: CheckpointManager, start: Start, events: Optional[EventLog],
+    changes: List[Tuple[str, Any, Any]] = (),
 ) -> None:
     """Load the start checkpoint on this rank; log and print where the run continues from."""
     loading = time.perf_counter()
@@ -172,17 +192,18 @@ def resume(
         how = "continues from the previous phase's final checkpoint"
     else:
         how = f"resumes phase {state.phase} at step {state.phase_step}"
-    changed = config_changes(read_state(start.info).get("config"), trainer.run_config)
     if events is not None:
+        for key, old, new in changes:
+            events.log("config_change", step=state.global_step, key=key, old=old, new=new,
+                       path=str(start.info.path))
         events.log("resume", step=state.global_step, phase=state.phase, phase_step=state.phase_step,
                    path=str(start.info.path), handoff=start.handoff, load_s=round(load_s, 3),
-                   config_changed=changed)
+                   config_changed=[key for key, _, _ in changes])
         print(f"{how} from {start.info.path} (global step {state.global_step}, loaded in {load_s:.1f} s)",
               flush=True)
-        if changed and not start.handoff:
-            print(f"warning: the config differs from the checkpoint's in {', '.join(changed[:8])}"
-                  f"{' ...' if len(changed) > 8 else ''}: the run continues, but not as the same run",
-                  flush=True)
+        if changes:
+            print("config changed since the checkpoint (allowed on resume, logged in events.jsonl): "
+                  + ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changes), flush=True)
 
 
 def resume_hint(trainer: Trainer, checkpoints: CheckpointManager) -> str:

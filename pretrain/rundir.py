@@ -1,0 +1,148 @@
+"""One run per run directory: an OS lock on RUN_DIR/.lock, held for the whole run.
+
+Two runs in one directory both start at step 0, delete each other's in-progress saves and write
+duplicate steps into metrics.jsonl. So the process that trains (the in-process run, or the msrun
+launcher for the whole launch) holds an exclusive flock on RUN_DIR/.lock. The kernel releases it
+when the holder dies, however it dies, so a kill -9 leaves no stale lock; the file itself stays
+(pid and host of the last holder, for the error the next contender prints). Ranks never lock:
+they run under their launcher's lock, which msrun inherits (held_fd) so orphaned ranks still hold
+it after a kill -9 of the launcher; forked helpers do not inherit it.
+"""
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Dict, Optional, Union
+
+from pretrain.config.errors import PretrainRunError
+from pretrain.resilience.checkpoint import QUARANTINE
+
+LOCK_FILE = ".lock"
+DRY_RUN_DIR = "dry_run"     # where a dry run on a directory that holds a run writes its config and plan
+
+_held: Dict[str, int] = {}  # resolved run dir -> fd of the lock this process holds
+
+
+def _close_in_forked_child() -> None:
+    # A forked helper (a data-preparation pool worker) must not keep the run dir locked after the
+    # run is gone; closing the child's copy leaves the parent's lock in place. (subprocess with
+    # pass_fds, how msrun gets the lock on purpose, does not run these hooks.)
+    for fd in _held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_forked_child)
+
+
+class RunDirBusy(PretrainRunError):
+    """Another process holds the run directory's lock."""
+
+
+class RunDirLock:
+    def __init__(self, run_dir: Union[str, os.PathLike]):
+        self.run_dir = Path(run_dir)
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> "RunDirLock":
+        ensure_dir(self.run_dir)
+        path = self.run_dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)   # O_CLOEXEC: children only by held_fd
+        except OSError as e:
+            raise not_writable(self.run_dir, e) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe(fd)
+            os.close(fd)
+            raise RunDirBusy(f"run_dir {self.run_dir} is in use by {holder}: one run per run directory; "
+                             f"wait for it to end (or stop it), or use another run_dir") from None
+        except OSError as e:
+            os.close(fd)
+            raise PretrainRunError(f"cannot lock {path} ({e.strerror}): run_dir must be on a file system "
+                                   f"with flock support") from None
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        except OSError as e:
+            os.close(fd)
+            raise not_writable(self.run_dir, e) from None
+        self.fd = fd
+        _held[str(self.run_dir.resolve())] = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            _held.pop(str(self.run_dir.resolve()), None)
+            os.close(self.fd)   # closing the last descriptor of the open file releases the flock
+            self.fd = None
+
+    def __enter__(self) -> "RunDirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def held_fd(run_dir: Union[str, os.PathLike]) -> Optional[int]:
+    """The lock's descriptor when this process holds run_dir's lock (for a launcher's children)."""
+    return _held.get(str(Path(run_dir).resolve()))
+
+
+def holds_run(run_dir: Union[str, os.PathLike]) -> bool:
+    """Checkpoints (or quarantined ones) are there: its config.yaml and plan.json are what they
+    were made with, so only an accepted run may replace them."""
+    ckpt = Path(run_dir) / "checkpoints"
+    try:
+        return ckpt.is_dir() and any(e.name.startswith("step_") or e.name == QUARANTINE
+                                     for e in ckpt.iterdir())
+    except OSError:
+        return False
+
+
+def ensure_dir(run_dir: Path) -> None:
+    """run_dir and run_dir/checkpoints as directories, or one line saying what is in the way."""
+    for path in (run_dir, run_dir / "checkpoints"):
+        if path.exists() and not path.is_dir():
+            raise PretrainRunError(f"{path} is a file, not a directory: move it away or choose another "
+                                   f"run_dir")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise not_writable(run_dir, e) from None
+
+
+def not_writable(run_dir: Path, e: OSError) -> PretrainRunError:
+    return PretrainRunError(f"run_dir {run_dir} is not writable ({e.strerror}: {e.filename}): the run "
+                            f"writes its config, checkpoints and logs there; fix its permissions or choose "
+                            f"another run_dir")
+
+
+def _describe(fd: int) -> str:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        holder = {}
+    if not holder.get("pid"):
+        return "another process (it has not written its pid yet)"
+    who = f"pid {holder['pid']} on host {holder.get('host', '?')} (since {holder.get('since', '?')})"
+    if holder.get("host") == socket.gethostname() and not _alive(int(holder["pid"])):
+        who += ", which has exited: a process it started (msrun and its ranks) still holds the lock"
+    return who
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process
+        return True
+    return True

@@ -1,0 +1,112 @@
+"""Issue 12 item 3: the run directory keeps its truth. A rejected restart or a dry run never
+overwrites the config.yaml and plan.json the checkpoints were made with; a config change against
+the checkpoint's config is refused in one line listing the keys, unless every key is one a resume
+may change (resume.RESUMABLE), which is accepted and recorded."""
+import pytest
+from omegaconf import OmegaConf
+from rundir_fakes import SMALL, pretrain, trained_run_dir
+
+from pretrain.config.errors import PretrainRunError
+from pretrain.resilience.resume import resume_changes
+
+SAVED = {"run_dir": "runs/a", "dry_run": False, "model": {"hidden_size": 64, "num_layers": 2},
+         "train": {"log_every": 1, "save_every_steps": 3, "total_tokens": 100, "keep_checkpoint_max": 3},
+         "phase": {"general": {"lr": {"peak": 1e-3}}}, "resilience": {"watchdog_timeout_s": 900.0},
+         "hardware": {"master_port": 8118, "devices_per_node": 1}}
+
+
+def changed(**edits):
+    cfg = OmegaConf.create(SAVED)
+    for key, value in edits.items():
+        OmegaConf.update(cfg, key.replace("__", "."), value)
+    return OmegaConf.to_container(cfg)
+
+
+def test_allowed_changes_are_returned_with_both_values():
+    now = changed(train__log_every=5, train__keep_checkpoint_max=9, phase__general__lr__peak=3e-4,
+                  resilience__watchdog_timeout_s=60.0, hardware__master_port=9000)
+    assert resume_changes(SAVED, now, "ckpt") == [
+        ("hardware.master_port", 8118, 9000), ("phase.general.lr.peak", 1e-3, 3e-4),
+        ("resilience.watchdog_timeout_s", 900.0, 60.0), ("train.keep_checkpoint_max", 3, 9),
+        ("train.log_every", 1, 5)]
+
+
+def test_a_key_added_since_the_checkpoint_is_recorded_but_a_removed_one_refused():
+    now = changed(data__document_mask=True)   # a key a newer pretrain added: nothing to restore
+    assert resume_changes(SAVED, now, "ckpt") == [("data.document_mask", None, True)]
+    del now["train"]["total_tokens"]
+    with pytest.raises(PretrainRunError, match=r"train.total_tokens \(100 -> '<absent>'\)"):
+        resume_changes(SAVED, now, "ckpt")
+
+
+def test_a_long_list_of_refused_keys_stays_one_readable_line():
+    saved = {"model": {f"k{i:02d}": i for i in range(12)}}
+    with pytest.raises(PretrainRunError) as err:
+        resume_changes(saved, {"model": {f"k{i:02d}": i + 100 for i in range(12)}}, "c")
+    message = str(err.value)
+    assert "model.k07 (7 -> 107)" in message and "model.k08" not in message
+    assert "and 4 more" in message and "\n" not in message
+
+
+def test_where_the_run_is_is_not_a_change():
+    assert resume_changes(SAVED, changed(run_dir="/abs/runs/a", dry_run=True), "ckpt") == []
+    assert resume_changes(None, SAVED, "ckpt") == []   # a checkpoint from before configs were saved
+
+
+@pytest.mark.parametrize("edits, listed", [
+    ({"model__hidden_size": 128}, ["model.hidden_size (64 -> 128)"]),
+    ({"train__total_tokens": 200, "hardware__devices_per_node": 8, "train__log_every": 2},
+     ["hardware.devices_per_node (1 -> 8)", "train.total_tokens (100 -> 200)"]),
+])
+def test_other_changes_are_refused_in_one_line_listing_each_key(edits, listed):
+    with pytest.raises(PretrainRunError) as err:
+        resume_changes(SAVED, changed(**edits), "checkpoint c/step_3")
+    message = str(err.value)
+    assert "\n" not in message and "checkpoint c/step_3" in message
+    assert all(item in message for item in listed)
+    assert "log_every" not in message.split(": a resume")[0]   # allowed keys are not blamed
+
+
+def test_a_rejected_restart_keeps_config_and_plan_and_a_dry_run_writes_beside_them(tmp_path):
+    run_dir = trained_run_dir(tmp_path)
+    frozen = {name: (run_dir / name).read_bytes() for name in ("config.yaml", "plan.json")}
+
+    other = pretrain(tmp_path, f"run_dir={run_dir}", *SMALL, "model.hidden_size=128")
+    assert other.returncode == 2, other.stdout[-2000:] + other.stderr[-2000:]
+    error, = other.stderr.strip().splitlines()
+    assert error.startswith("error: this run's config differs") and "model.hidden_size (256 -> 128)" in error
+    assert {name: (run_dir / name).read_bytes() for name in frozen} == frozen
+
+    dry = pretrain(tmp_path, f"run_dir={run_dir}", *SMALL, "model.hidden_size=128", "dry_run=true")
+    assert dry.returncode == 0, dry.stderr
+    assert f"written to {run_dir / 'dry_run'} ({run_dir} holds a run" in dry.stdout
+    assert "hidden_size: 128" in (run_dir / "dry_run" / "config.yaml").read_text()
+    assert {name: (run_dir / name).read_bytes() for name in frozen} == frozen
+
+
+def test_a_dry_run_on_a_fresh_run_dir_still_writes_into_it(tmp_path):
+    proc = pretrain(tmp_path, f"run_dir={tmp_path / 'run'}", *SMALL, "dry_run=true")
+    assert proc.returncode == 0 and f"written to {tmp_path / 'run'}\n" in proc.stdout
+    assert (tmp_path / "run" / "config.yaml").is_file() and not (tmp_path / "run" / "dry_run").exists()
+
+
+def test_the_worker_refuses_a_config_yaml_edited_since_the_checkpoint(tmp_path):
+    """msrun's ranks read run_dir/config.yaml: a hand edit there meets the same rule."""
+    run_dir = trained_run_dir(tmp_path)
+    text = (run_dir / "config.yaml").read_text()
+    (run_dir / "config.yaml").write_text(text.replace("num_layers: 4", "num_layers: 6")
+                                         .replace("seed: 1234", "seed: 7"))
+    proc = pretrain(tmp_path, str(run_dir), module="pretrain.worker")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(error) == 1
+    assert "model.num_layers (4 -> 6)" in error[0] and "train.seed (1234 -> 7)" in error[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_worker_says_which_file_when_config_yaml_no_longer_parses(tmp_path):
+    run_dir = trained_run_dir(tmp_path)
+    (run_dir / "config.yaml").write_text("model: [unclosed\n")
+    proc = pretrain(tmp_path, str(run_dir), module="pretrain.worker")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{run_dir / 'config.yaml'} does not load" in proc.stderr
