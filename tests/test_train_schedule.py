@@ -4,7 +4,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pretrain.config.errors import PretrainConfigError
-from pretrain.train.runner import phase_steps, previous_phase
+from pretrain.train.branch import previous_phase
+from pretrain.train.runner import phase_steps
 from pretrain.train.schedule import curriculum, lr_at, phase_lr
 
 

@@ -65,7 +65,8 @@ class ParallelConfig:
 @dataclass
 class LRConfig:
     peak: Optional[float] = None              # None: continue from the previous phase's final LR
-    end: float = MISSING
+    end: Optional[float] = None               # the LR the phase decays to; None: peak x end_ratio
+    end_ratio: float = 0.1                    # end relative to the phase's own peak (continuing: its start)
     warmup_fraction: float = 0.0
     schedule: str = "cosine"                  # cosine | linear | constant | wsd
     wsd_decay_fraction: float = 0.2
@@ -167,6 +168,9 @@ class TrainConfig:
     save_every_minutes: float = 60.0
     keep_checkpoint_max: int = 3
     efficiency: float = 0.45
+    # A later phase run alone (phase=reasoning) branches from the previous phase's final checkpoint
+    # found here: a run dir, its checkpoints/ dir, or one checkpoint dir (step_*).
+    init_from: Optional[str] = None
 
 
 @dataclass

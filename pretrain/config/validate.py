@@ -10,6 +10,7 @@ from typing import Iterator, List
 from omegaconf import DictConfig
 
 from pretrain.config.errors import PretrainConfigError
+from pretrain.train.schedule import levels
 
 LR_SCHEDULES = ("cosine", "linear", "constant", "wsd")
 RECOMPUTE = ("none", "selective", "full")
@@ -156,8 +157,16 @@ def _phases(cfg) -> Iterator[str]:
             yield f"{key}.lr.peak is null: the first phase has no previous LR to continue from; set a value"
         if lr.peak is not None and not 0 < lr.peak <= 1:
             yield f"{key}.lr.peak={lr.peak} must be in (0, 1]"
-        if not 0 <= lr.end <= (lr.peak if lr.peak is not None else 1):
-            yield f"{key}.lr.end={lr.end} must be in [0, lr.peak({lr.peak})]: a phase decays, it does not climb"
+        if lr.end is None and not 0 <= lr.end_ratio <= 1:
+            yield f"{key}.lr.end_ratio={lr.end_ratio} must be in [0, 1]: end = peak x ratio, a phase decays"
+        # a continuing phase (peak null) decays from where the previous one ends (run alone: known at start)
+        top, bound = (lr.peak, f"lr.peak({lr.peak})") if lr.peak is not None else (1, "1")
+        if lr.peak is None and i:
+            top = levels(plist)[i][0]
+            bound = f"{top:g}, where phase.{plist[i - 1].name} ends"
+        if lr.end is not None and not 0 <= lr.end <= top:
+            yield (f"{key}.lr.end={lr.end} must be in [0, {bound}]: a phase decays, it does not climb "
+                   f"(or leave lr.end null: peak x lr.end_ratio)")
         if not 0 <= lr.warmup_fraction < 1:
             yield f"{key}.lr.warmup_fraction={lr.warmup_fraction} must be in [0, 1)"
         if not ph.mix:

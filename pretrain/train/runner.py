@@ -1,9 +1,10 @@
 """`run(cfg)`: train the composed config's phases in this process and return the run's summary.
 
 The recipe: prepare data -> check it fits the model -> build the MindFormers model -> resume from
-the run directory's newest good checkpoint (or, for one phase run alone, continue from the previous
-phase's final checkpoint) -> chain the phases' LR schedules -> export mindformers.yaml -> train each
-phase under the resilience guards (signals, watchdog, spike / non-finite guards) -> plot, summarise.
+the run directory's newest good checkpoint (or, for a later phase run alone, branch from the
+previous phase's final checkpoint of the base run: pretrain/train/branch.py) -> chain the phases'
+LR schedules -> export mindformers.yaml -> train each phase under the resilience guards (signals,
+watchdog, spike / non-finite guards) -> plot, summarise.
 Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
 rank loads the same checkpoint.
 """
@@ -30,12 +31,12 @@ from pretrain.resilience.events import EventLog
 from pretrain.resilience.resume import Start, config_changes, find_start
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import ranks
+from pretrain.train.branch import base_command, branches_from
 from pretrain.train.metrics import METRICS_FILE, MetricsWriter
 from pretrain.train.plot import plot_curves
 from pretrain.train.schedule import curriculum
-from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer, final_tag
 
-CURRICULUM = ("general", "reasoning", "anneal")  # conf/phase/all.yaml's order
 # cfg.model keys that are not the architecture (recipe numbers, initialisation, length limits)
 _NOT_ARCH = {
     "name",
@@ -75,11 +76,6 @@ def phase_steps(cfg: DictConfig, phase: Any) -> int:
             f"{per_step} tokens; raise train.total_tokens or the phase's tokens"
         )
     return steps
-
-
-def previous_phase(name: str) -> Optional[str]:
-    """The curriculum phase a phase run alone continues from (None for the first)."""
-    return CURRICULUM[CURRICULUM.index(name) - 1] if name in CURRICULUM[1:] else None
 
 
 def check_data(cfg: DictConfig, prepared: Dict[str, Any]) -> None:
@@ -133,8 +129,10 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         config_hash=architecture_hash(architecture(cfg)),
         async_save=bool(cfg.resilience.async_save),
     )
-    previous = previous_phase(str(plist[0].name)) if len(plist) == 1 else None
-    start = find_start([str(p.name) for p in plist], previous, checkpoints)  # before the slow parts
+    names = [str(p.name) for p in plist]
+    # before the slow parts; a later phase alone with no checkpoint of its own branches from init_from
+    start = find_start(names, branches_from(names), checkpoints, init_from=cfg.train.init_from,
+                       train_first=base_command(cfg))
 
     from pretrain.data.prepare import prepare
 
@@ -208,6 +206,10 @@ def resume(
     if start.handoff:  # the phase's schedule starts from the LR the previous phase ended at
         state.lr_start = state.lr
         how = "continues from the previous phase's final checkpoint"
+        if Path(start.info.path).parent.resolve() != checkpoints.directory.resolve():
+            # a branch keeps its own copy of where it started: it resumes and rolls back without the base run
+            trainer.save(tag=final_tag(state.phase) if state.phase in state.phases_done else None)
+            how = "branches from the previous phase's final checkpoint"
     else:
         how = f"resumes phase {state.phase} at step {state.phase_step}"
     changed = config_changes(read_state(start.info).get("config"), trainer.run_config)
