@@ -61,7 +61,9 @@ def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     return rows
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, column: str = "") -> str:
+    if column == "val_loss" and isinstance(value, float):
+        return f"{value:.4f}"  # branches of an LR sweep differ in the third decimal
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return "" if value is None else str(value)
@@ -77,7 +79,7 @@ def write_summary(sweep_dir: Path) -> List[Dict[str, Any]]:
     ranked = sorted(rows, key=lambda r: (STATUS_ORDER.get(r["status"], 3), r["val_loss"] is None,
                                          r["val_loss"] or 0.0, -(r.get("tokens_per_s") or 0)))
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(r.get(c)).replace("|", "/") for c in COLUMNS) + " |" for r in ranked]
+    lines += ["| " + " | ".join(_fmt(r.get(c), c).replace("|", "/") for c in COLUMNS) + " |" for r in ranked]
     (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
     _chart(rows, sweep_dir / "summary.png")
     return rows

@@ -209,7 +209,7 @@ def resume(
         if Path(start.info.path).parent.resolve() != checkpoints.directory.resolve():
             # a branch keeps its own copy of where it started: it resumes and rolls back without the base run
             trainer.save(tag=final_tag(state.phase) if state.phase in state.phases_done else None)
-            how = "branches from the previous phase's final checkpoint"
+            how = "branches off the base run"
     else:
         how = f"resumes phase {state.phase} at step {state.phase_step}"
     changed = config_changes(read_state(start.info).get("config"), trainer.run_config)
