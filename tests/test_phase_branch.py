@@ -274,3 +274,26 @@ def test_the_readme_phase_command_checks_and_plans(cli, tmp_path):
     assert frozen.phase.lr.peak == 3e-5 and frozen.phase.lr.end is None
     assert frozen.train.init_from == "runs/tiny-single-cpu"
     assert not (tmp_path / "runs" / "tiny-single-cpu").exists()  # the base run is never written
+
+
+def test_sweep_rows_carry_each_jobs_final_validation_loss_best_first(tmp_path):
+    import csv
+
+    from pretrain.sweep.summary import write_row, write_summary
+
+    for job, (peak, val) in enumerate([(1e-5, 7.58), (3e-5, 7.5712), (1e-4, 7.5531)]):
+        write_row(tmp_path / str(job), {"job": job, "status": "ok", "reason": "",
+                                        "overrides": f"phase=reasoning phase.lr.peak={peak}"})
+        phases = [{"phase": "general", "val_loss_last": 9.9}, {"phase": "reasoning", "val_loss_last": val}]
+        (tmp_path / str(job) / "summary.json").write_text(json.dumps({"phases": phases}))
+    write_row(tmp_path / "3", {"job": 3, "status": "invalid", "reason": "bad",
+                                        "overrides": "phase=reasoning phase.lr.peak=2"})
+    write_summary(tmp_path)
+    rows = list(csv.DictReader((tmp_path / "summary.csv").read_text().splitlines()))
+    assert [(r["label"], r["val_loss"]) for r in rows] == [
+        ("phase.lr.peak=1e-05", "7.58"), ("phase.lr.peak=3e-05", "7.5712"),
+        ("phase.lr.peak=0.0001", "7.5531"), ("phase.lr.peak=2", "")]
+    md = (tmp_path / "summary.md").read_text().splitlines()[2:]
+    assert [line.split(" | ")[1] for line in md] == [
+        "phase.lr.peak=0.0001", "phase.lr.peak=3e-05", "phase.lr.peak=1e-05", "phase.lr.peak=2"]
+    assert "| 7.5531 |" in md[0]
