@@ -211,8 +211,16 @@ def test_check_branch_runs_before_any_data_is_prepared(compose_many, tmp_path):
     with pytest.raises(PretrainRunError, match=r"^phase=reasoning is a branch of the base run .*"
                        r"python -m pretrain model=tiny parallel=single hardware=cpu"):
         check_branch(cfg)
-    base_run(tmp_path / "base")
+    base = base_run(tmp_path / "base")
     check_branch(cfg)
+    # a base run of another model is named before any data is prepared
+    from pretrain.train.runner import architecture
+
+    other = {**architecture(cfg), "hidden_size": 64}
+    fake_checkpoint(base / "checkpoints", 50, {**GENERAL_DONE, "model": other}, final_tag("general"))
+    with pytest.raises(PretrainRunError, match=r"step_00000050-phase-general-final, a model with "
+                       r"model.hidden_size=64, but this run has model.hidden_size=256: give the branch"):
+        check_branch(cfg)
     cfg = compose_many([])  # the curriculum never branches
     cfg.run_dir, cfg.train.init_from = str(tmp_path / "other"), str(tmp_path / "nowhere")
     check_branch(cfg)

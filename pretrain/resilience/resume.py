@@ -67,15 +67,26 @@ def find_start(phases: Sequence[str], previous: Optional[str], checkpoints: Chec
 
 def check_branch(cfg: Any) -> None:
     """Before data preparation and msrun: a branch with no checkpoint of its own must find the one
-    it starts from (one line, exit 2, naming the run to train first)."""
+    it starts from, of this model (one line, exit 2, naming the run to train first)."""
     from pretrain.config.validate import phases
     from pretrain.train.branch import base_command, branches_from
+    from pretrain.train.runner import architecture
 
     names = [str(p.name) for p in phases(cfg)]
     previous, own = branches_from(names), Path(cfg.run_dir) / "checkpoints"
     if previous is None or cfg.train.init_from is None or (own.is_dir() and any(own.glob("step_*"))):
         return
-    branch_point(names[0], previous, str(cfg.train.init_from), base_command(cfg))
+    info = branch_point(names[0], previous, str(cfg.train.init_from), base_command(cfg))
+    saved, mine = read_state(info).get("model"), architecture(cfg)
+    if saved is None:  # a checkpoint without its architecture: the load itself checks the shapes
+        return
+    differ = [k for k in sorted(set(saved) | set(mine)) if saved.get(k) != mine.get(k)]
+    if differ:
+        k = differ[0]
+        raise PretrainRunError(f"phase={names[0]} branches from {info.path}, a model with "
+                               f"model.{k}={saved.get(k)}, but this run has model.{k}={mine.get(k)}: give the "
+                               f"branch the base run's model settings, or name another checkpoint with "
+                               f"train.init_from=PATH")
 
 
 def branch_point(phase: str, previous: str, init_from: str, train_first: str = "") -> CheckpointInfo:

@@ -201,14 +201,13 @@ def resume(
 ) -> None:
     """Load the start checkpoint on this rank; log and print where the run continues from."""
     loading = time.perf_counter()
+    branched = start.handoff and Path(start.info.path).parent.resolve() != checkpoints.directory.resolve()
     state = trainer.restore(checkpoints, start.info)
     load_s = time.perf_counter() - loading
     if start.handoff:  # the phase's schedule starts from the LR the previous phase ended at
         state.lr_start = state.lr
         how = "continues from the previous phase's final checkpoint"
-        if Path(start.info.path).parent.resolve() != checkpoints.directory.resolve():
-            # a branch keeps its own copy of where it started: it resumes and rolls back without the base run
-            trainer.save(tag=final_tag(state.phase) if state.phase in state.phases_done else None)
+        if branched:
             how = "branches off the base run"
     else:
         how = f"resumes phase {state.phase} at step {state.phase_step}"
@@ -223,6 +222,8 @@ def resume(
             print(f"warning: the config differs from the checkpoint's in {', '.join(changed[:8])}"
                   f"{' ...' if len(changed) > 8 else ''}: the run continues, but not as the same run",
                   flush=True)
+    if branched:  # its own copy of where it started: it resumes and rolls back without the base run
+        trainer.save(tag=final_tag(state.phase) if state.phase in state.phases_done else None)
 
 
 def resume_hint(trainer: Trainer, checkpoints: CheckpointManager) -> str:
