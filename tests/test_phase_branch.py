@@ -242,6 +242,14 @@ def test_a_key_added_with_plus_that_the_schema_lacks_is_named_with_the_one_meant
     assert known_keys.unknown(compose_many(["+phase.anneal.mix.web=1.0"])) == []
 
 
+def test_suggest_names_a_near_sibling_or_nothing():
+    known = ["train.lr_peak", "train.seed", "phase.name", "phase.lr.peak", "phase.lr.end", "model.seq_length"]
+    assert known_keys.suggest("train.lr", known) == "train.lr_peak"  # a sibling that extends it
+    assert known_keys.suggest("phase.lr.peek", known) == "phase.lr.peak"
+    assert known_keys.suggest("phase.foo", known) is None  # a shared prefix alone is no likeness
+    assert known_keys.suggest("train.seq_length", known) == "model.seq_length"  # under another group
+
+
 @pytest.mark.parametrize("group", ["model", "parallel", "phase", "hardware", "data"])
 def test_every_option_and_sweep_composes_without_unknown_keys(compose_many, group):
     for option in options(group):

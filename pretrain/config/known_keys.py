@@ -16,14 +16,14 @@ from pretrain.config.errors import PretrainConfigError
 
 
 def suggest(key: str, known: Iterable[str]) -> Optional[str]:
-    """The known dotted key closest to `key`: a near spelling, or a sibling that extends it
-    (train.lr -> train.lr_peak)."""
+    """The known dotted key closest to `key`: a sibling spelt nearly alike or extending it
+    (train.lr -> train.lr_peak), else the same name under another group."""
     known = list(known)
     parent, _, leaf = key.rpartition(".")
-    siblings = [k for k in known if k.rpartition(".")[0] == parent]
-    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
-    close = close or [k for k in siblings if k.rpartition(".")[2].startswith(leaf)][:1]
-    close = close or difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
+    close = [siblings[name] for name in difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)]
+    close = close or [k for name, k in siblings.items() if name.startswith(leaf)][:1]
+    close = close or [k for k in known if k.rpartition(".")[2] == leaf][:1]  # the key under another group
     return close[0] if close else None
 
 
