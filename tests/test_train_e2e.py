@@ -1,5 +1,5 @@
 """`python -m pretrain` end to end on CPU: the real MindFormers model, real sample corpus, three
-phases; and one phase run alone continuing from the previous phase's final checkpoint."""
+phases. One phase run alone, as a branch of this default job: test_branch_e2e.py."""
 
 import json
 import math
@@ -125,36 +125,3 @@ def _same_parameters_as_the_trained_checkpoint(run, cfg):
     trained = {k: tuple(v.shape) for k, v in saved.items() if f"adam_m.{k}" in saved}  # the optimised weights
     assert built == trained
     assert sum(math.prod(s) for s in built.values()) == param_count(model_shape(cfg.model)).total
-
-
-SMALL = [
-    "model.hidden_size=128",
-    "model.num_layers=2",
-    "model.num_kv_heads=2",
-    "model.ffn_hidden_size=256",
-    "train.total_tokens=61440",
-    "train.eval_every=0",
-]  # general 21 steps, reasoning 6
-
-
-def test_a_phase_run_alone_continues_from_the_previous_phases_final_checkpoint(pretrain, tmp_path):
-    missing = pretrain("phase=reasoning", *SMALL)
-    assert missing.returncode == 2
-    error = [line for line in missing.stderr.splitlines() if line.startswith("error:")]
-    assert len(error) == 1 and "run phase=general first" in error[0]
-
-    ok(pretrain("phase=general", *SMALL))
-    ok(pretrain("phase=reasoning", *SMALL, "phase.lr.peak=5e-4"))  # a CLI-set peak
-    run = tmp_path / RUN
-    train = [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
-    general = [r for r in train if r["phase"] == "general"]
-    reasoning = [r for r in train if r["phase"] == "reasoning"]
-    assert len(general) == 21 and len(reasoning) == 6
-    assert reasoning[0]["step"] == general[-1]["step"] + 1  # global steps continue
-    # cosine from the CLI peak to reasoning's end (0.1 x model lr_peak) over its 6 steps
-    assert reasoning[0]["lr"] == pytest.approx(1e-4 + 4e-4 * 0.5 * (1 + math.cos(math.pi / 6)))
-    assert reasoning[-1]["lr"] == pytest.approx(1e-4)
-    resumed = [e for e in events(run) if e["kind"] == "resume"]
-    assert len(resumed) == 1 and resumed[0]["path"].endswith("phase-general-final")
-    # it trained on from the general weights, not from a fresh init (ln 4096 ≈ 8.3)
-    assert reasoning[0]["loss"] < general[0]["loss"] - 0.5

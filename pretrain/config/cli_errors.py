@@ -7,12 +7,20 @@ Errors raised inside a running job keep Hydra's own handling. Two failures come 
 can say anything useful: an argument that is not UTF-8 (an unquoted path with a byte like 0xff:
 Python hands it over surrogate-escaped, and Hydra's lexer or the UTF-8 config.yaml chokes on it),
 and a run_dir Hydra cannot create or write (it puts .hydra/ and the job log there).
+
+An override of a key the schema lacks names the key that was probably meant (train.lr ->
+train.lr_peak) instead of Hydra's advice to add it with `+`, which the job would refuse
+(pretrain/config/known_keys.py); `phase.lr.peak=...` under phase=all names the per-phase keys.
 """
+import dataclasses
 import os
+import re
 import sys
 from typing import Any, Callable, List, Optional
 
 import hydra._internal.utils as hydra_utils
+
+from pretrain.config import known_keys
 
 _NOISE = ("full_key:", "reference_type=", "object_type=", "provider=", "Config search path",
           "Set the environment variable", "See https://hydra.cc")
@@ -51,6 +59,27 @@ def _os_error(exc: BaseException) -> Optional[OSError]:
     return None
 
 
+def unknown_key(causes: List[BaseException]) -> Optional[str]:
+    """One line for an override of a key that does not exist, from OmegaConf's error (it carries
+    the node the key was looked up in); None for any other error."""
+    said = next((m for c in causes for m in [re.match(r"Could not override '([^']+)'.*use \+\S+?=(\S*)",
+                                                      str(c), re.S)] if m), None)
+    override, value = (said.group(1), said.group(2)) if said else (None, None)
+    for exc in causes:
+        parent, full_key = getattr(exc, "parent_node", None), getattr(exc, "full_key", None)
+        if override is None or parent is None or not full_key:
+            continue
+        if full_key.startswith("phase.") and full_key.count(".") == 1 and known_keys.is_curriculum(parent):
+            return known_keys.per_phase(override, list(parent), value)
+        kind = getattr(exc, "object_type", None)
+        if kind is not None and dataclasses.is_dataclass(kind):
+            where = full_key.rpartition(".")[0]
+            hint = known_keys.suggest(full_key, [f"{where}.{k}" if where else k for k in parent])
+            return (f"Could not override '{override}': Key '{getattr(exc, 'key', full_key)}' not in "
+                    f"'{kind.__name__}'" + (f"; did you mean {hint}?" if hint else ""))
+    return None
+
+
 def install(job_started: Callable[[], bool]) -> None:
     original = hydra_utils.run_and_report
 
@@ -71,11 +100,11 @@ def install(job_started: Callable[[], bool]) -> None:
                 print(f"error: cannot write {os_error.filename} ({os_error.strerror}): Hydra keeps the run's "
                       f".hydra/ and job log in run_dir; choose a writable run_dir", file=sys.stderr)
                 sys.exit(2)
-            causes = [str(exc)]
-            while exc.__cause__ is not None:   # the OmegaConf error that says which key and why
-                exc = exc.__cause__
-                causes.append(str(exc))
-            print(f"error: {condense(chr(10).join(causes))}", file=sys.stderr)
+            causes = [exc]
+            while causes[-1].__cause__ is not None:   # the OmegaConf error that says which key and why
+                causes.append(causes[-1].__cause__)
+            line = unknown_key(causes) or condense("\n".join(str(c) for c in causes))
+            print(f"error: {line}", file=sys.stderr)
             sys.exit(2)
 
     hydra_utils.run_and_report = run_and_report

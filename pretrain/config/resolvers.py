@@ -17,7 +17,12 @@ def _div(a, b):
     return a / b
 
 
+def _branch(phase, lr_peak):
+    from pretrain.train.branch import run_suffix  # pure Python: names a phase run alone
+    return run_suffix(phase, lr_peak)
+
+
 def register() -> None:
-    for name, fn in {"pt.mul": _mul, "pt.div": _div}.items():
+    for name, fn in {"pt.mul": _mul, "pt.div": _div, "pt.branch": _branch}.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

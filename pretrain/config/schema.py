@@ -68,7 +68,8 @@ class ParallelConfig:
 @dataclass
 class LRConfig:
     peak: Optional[float] = between(0.0, 1.0, None, low_open=True)  # None: continue from the previous phase's final LR
-    end: float = between(0.0, 1.0)
+    end: Optional[float] = between(0.0, 1.0, None)   # the LR the phase decays to; None: peak x end_ratio
+    end_ratio: float = between(0.0, 1.0, 0.1)        # end relative to the phase's own peak (continuing: its start)
     warmup_fraction: float = between(0.0, 1.0, 0.0, high_open=True)
     schedule: str = "cosine"                  # cosine | linear | constant | wsd
     wsd_decay_fraction: float = between(0.0, 1.0, 0.2, low_open=True)
@@ -170,6 +171,9 @@ class TrainConfig:
     save_every_minutes: float = between(0.0, 1e6, 60.0, low_open=True)
     keep_checkpoint_max: int = between(1, 10**6, 3)   # the newest checkpoint is the resume point
     efficiency: float = between(0.0, 1.0, 0.45, low_open=True)   # assumed fraction of peak FLOP/s
+    # A later phase run alone (phase=reasoning) branches from the previous phase's final checkpoint
+    # found here: a run dir, its checkpoints/ dir, or one checkpoint dir (step_*).
+    init_from: Optional[str] = None
 
 
 @dataclass

@@ -245,8 +245,15 @@ def _phases(cfg) -> Iterator[str]:
             yield f"{key}.lr.schedule={lr.schedule!r} must be one of {', '.join(LR_SCHEDULES)}"
         if lr.peak is None and i == 0 and ph.name == "general":
             yield f"{key}.lr.peak is null: the first phase has no previous LR to continue from; set a value"
-        if lr.peak is not None and lr.end > lr.peak:
-            yield f"{key}.lr.end={lr.end} must be in [0, lr.peak({lr.peak})]: a phase decays, it does not climb"
+        # a continuing phase (peak null) decays from where the previous one ends (run alone: known at start)
+        top, bound = (lr.peak, f"lr.peak({lr.peak})") if lr.peak is not None else (1, "1")
+        if lr.peak is None and i:
+            from pretrain.train.schedule import levels
+            top = levels(plist)[i][0]
+            bound = f"{top:g}, where phase.{plist[i - 1].name} ends"
+        if lr.end is not None and not 0 <= lr.end <= top:
+            yield (f"{key}.lr.end={lr.end} must be in [0, {bound}]: a phase decays, it does not climb "
+                   f"(or leave lr.end null: peak x lr.end_ratio)")
         if not ph.mix:
             yield f"{key}.mix is empty: name at least one of data.sources ({', '.join(cfg.data.sources)})"
         for name, weight in ph.mix.items():

@@ -40,6 +40,8 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
         raise PretrainRunError(
             f"hardware={hw.name} needs Ascend devices and this host has none (no npu-smi); "
             f"plan it here with dry_run=true and launch on the cluster")
+    from pretrain.resilience.resume import check_branch
+    check_branch(cfg)   # a phase run alone without its base run: say which to train, before the data
     from pretrain.data.manifest import summary_table
     from pretrain.data.prepare import prepare
     from pretrain.model.builder import prepare_environment

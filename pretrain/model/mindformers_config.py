@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from pretrain.train.schedule import end_lr
 
 # (model_type, architecture) per (arch, moe)
 _CLASSES = {
@@ -247,7 +248,7 @@ def lr_schedule_block(phase: Any, steps: int, peak: float) -> Dict[str, Any]:
         "total_steps": int(steps),
     }
     if kind != "constant":
-        block["lr_end"] = float(phase.lr.end)
+        block["lr_end"] = end_lr(phase.lr, peak)
     if kind == "wsd":
         block["decay_start_steps"] = int(round(steps * (1.0 - float(phase.lr.wsd_decay_fraction))))
     return block

@@ -7,13 +7,21 @@ checkpoint that verifies (CheckpointManager.latest() logs each newer one it pass
   - for a phase run alone (phase=reasoning): the previous curriculum phase's final checkpoint,
     which the phase hands off from (its schedule starts from that checkpoint's LR).
 Anything else is a one-line error naming the checkpoint and what to do.
+
+A phase run alone whose own directory holds no checkpoint yet is a branch (pretrain/train/
+branch.py): it hands off from the previous phase's final checkpoint of the base run that
+train.init_from names (a run dir, its checkpoints/ dir, or one checkpoint dir). The base run is
+only read, never written: a branch saves into its own run dir, and a restarted branch resumes
+from there.
 """
+import json
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pretrain.config.errors import PretrainRunError
-from pretrain.resilience.checkpoint import CheckpointInfo, CheckpointManager, read_state
+from pretrain.resilience.checkpoint import MANIFEST, CheckpointInfo, CheckpointManager, read_state, verify
 
 
 @dataclass(frozen=True)
@@ -22,12 +30,16 @@ class Start:
     handoff: bool  # True: the previous phase's final checkpoint; False: this run's own progress
 
 
-def find_start(phases: Sequence[str], previous: Optional[str],
-               checkpoints: CheckpointManager) -> Optional[Start]:
+def find_start(phases: Sequence[str], previous: Optional[str], checkpoints: CheckpointManager,
+               init_from: Optional[str] = None, train_first: str = "") -> Optional[Start]:
     """`phases`: the phases this run trains, in order; `previous`: the phase a phase run alone
-    continues from (None: the run may start fresh). None means a fresh start."""
+    continues from (None: the run may start fresh); `init_from`: where such a run finds that
+    phase's final checkpoint when its own directory has none (`train_first`: the command that
+    trains it). None means a fresh start."""
     info = checkpoints.latest()
     if info is None:
+        if previous is not None and init_from is not None:
+            return Start(branch_point(phases[0], previous, init_from, train_first), handoff=True)
         if previous is not None:
             raise PretrainRunError(
                 f"phase={phases[0]} continues from the {previous} phase's final checkpoint, but "
@@ -93,6 +105,62 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
             f"rendezvous address (RESUMABLE in pretrain/resilience/resume.py). Restore those keys "
             f"(run_dir/config.yaml or the command line), or use another run_dir for a new run")
     return [(k, old.get(k), new.get(k)) for k in changed]
+
+
+def check_branch(cfg: Any) -> None:
+    """Before data preparation and msrun: a branch with no checkpoint of its own must find the one
+    it starts from, of this model (one line, exit 2, naming the run to train first)."""
+    from pretrain.config.validate import phases
+    from pretrain.train.branch import base_command, branches_from
+    from pretrain.train.runner import architecture
+
+    names = [str(p.name) for p in phases(cfg)]
+    previous, own = branches_from(names), Path(cfg.run_dir) / "checkpoints"
+    if previous is None or cfg.train.init_from is None or (own.is_dir() and any(own.glob("step_*"))):
+        return
+    info = branch_point(names[0], previous, str(cfg.train.init_from), base_command(cfg))
+    saved, mine = read_state(info).get("model"), architecture(cfg)
+    if saved is None:  # a checkpoint without its architecture: the load itself checks the shapes
+        return
+    differ = [k for k in sorted(set(saved) | set(mine)) if saved.get(k) != mine.get(k)]
+    if differ:
+        k = differ[0]
+        raise PretrainRunError(f"phase={names[0]} branches from {info.path}, a model with "
+                               f"model.{k}={saved.get(k)}, but this run has model.{k}={mine.get(k)}: give the "
+                               f"branch the base run's model settings, or name another checkpoint with "
+                               f"train.init_from=PATH")
+
+
+def branch_point(phase: str, previous: str, init_from: str, train_first: str = "") -> CheckpointInfo:
+    """The checkpoint a branch `phase` starts from: `init_from` itself when it is one checkpoint,
+    else the newest verified final checkpoint of `previous` in that run's checkpoints. Read only."""
+    from pretrain.train.trainer import final_tag
+
+    path = Path(init_from)
+    train_base = (f"train it first ({train_first or 'python -m pretrain'}, with the same model overrides), "
+                  f"or name a checkpoint with train.init_from=PATH")
+    if not path.is_dir():
+        raise PretrainRunError(f"phase={phase} is a branch of the base run {init_from} (train.init_from) and "
+                               f"starts from its {previous} phase's final checkpoint, but there is no such "
+                               f"run: {train_base}")
+    if (path / MANIFEST).is_file():  # one checkpoint, named by the user
+        problem = verify(path)
+        if problem is not None:
+            raise PretrainRunError(f"train.init_from={init_from} does not verify ({problem}): name another "
+                                   f"checkpoint")
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        return CheckpointInfo(step=int(manifest["step"]), path=path, tag=manifest.get("tag"),
+                              created=float(manifest.get("created", 0.0)), verified=True)
+    directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    found = CheckpointManager(directory, keep_latest=1).list()  # newest first, not verified
+    tag = final_tag(previous)
+    for info in (i for i in found if i.tag == tag):
+        if verify(info.path) is None:
+            return CheckpointInfo(info.step, info.path, info.tag, info.created, verified=True)
+    newest = f" (newest: {found[0].path.name})" if found else ""
+    raise PretrainRunError(f"phase={phase} is a branch of the base run {init_from} (train.init_from) and "
+                           f"starts from its {previous} phase's final checkpoint, but {directory} has no "
+                           f"verified {tag} checkpoint{newest}: {train_base}")
 
 
 def config_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any]) -> List[str]:

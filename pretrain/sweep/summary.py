@@ -2,12 +2,15 @@
 
 Each job writes <job dir>/row.json (pretrain.app); after the sweep, Hydra calls
 SweepSummary.on_multirun_end, which writes summary.csv, summary.md and summary.png
-(memory per device by part and estimated throughput per layout) into the sweep dir.
+(memory per device by part and estimated throughput per layout) into the sweep dir. A job that
+trained adds its final validation loss (`val_loss`: the last phase's val_loss_last in the job's
+summary.json), so an LR sweep (`-m phase=reasoning phase.lr.peak=1e-5,3e-5,1e-4`) compares
+branches by it, best first.
 """
 import csv
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -16,7 +19,7 @@ from pretrain.io import write_atomic
 
 COLUMNS = ["job", "label", "status", "peak_gb", "capacity_gb", "weights_gb", "grads_gb",
            "optimizer_gb", "activations_gb", "bubble", "step_s", "tokens_per_s", "mfu",
-           "total_days", "measured_tokens_per_s", "reason", "overrides"]
+           "total_days", "measured_tokens_per_s", "val_loss", "reason", "overrides"]
 STATUS_ORDER = {"ok": 0, "plan only": 1, "does not fit": 2, "invalid": 3}
 STATUS_COLORS = {"ok": "#55a868", "plan only": "#dd8452", "does not fit": "#c44e52", "invalid": "#999999"}
 
@@ -48,16 +51,32 @@ def write_row(job_dir: Path, row: Dict[str, Any]) -> None:
     write_atomic(job_dir / "row.json", json.dumps(row, default=str))
 
 
+def final_val_loss(job_dir: Path) -> Optional[float]:
+    """The validation loss the job's run ended with (None: it did not train, or had no validation)."""
+    try:
+        phases = json.loads((job_dir / "summary.json").read_text()).get("phases") or []
+    except (OSError, ValueError):
+        return None
+    return phases[-1].get("val_loss_last") if phases else None
+
+
 def read_rows(sweep_dir: Path) -> List[Dict[str, Any]]:
     """Rows by job number, each labelled by the overrides that vary across the sweep."""
-    rows = sorted((json.loads(p.read_text()) for p in sweep_dir.glob("*/row.json")), key=lambda r: int(r["job"]))
+    rows = []
+    for path in sweep_dir.glob("*/row.json"):
+        row = json.loads(path.read_text())
+        row["val_loss"] = final_val_loss(path.parent)
+        rows.append(row)
+    rows.sort(key=lambda r: int(r["job"]))
     common = set.intersection(*(set(r["overrides"].split()) for r in rows)) if len(rows) > 1 else set()
     for r in rows:
         r["label"] = " ".join(o for o in r["overrides"].split() if o not in common) or str(r["job"])
     return rows
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, column: str = "") -> str:
+    if column == "val_loss" and isinstance(value, float):
+        return f"{value:.4f}"  # branches of an LR sweep differ in the third decimal
     if isinstance(value, float):
         return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return "" if value is None else str(value)
@@ -69,9 +88,11 @@ def write_summary(sweep_dir: Path) -> List[Dict[str, Any]]:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    ranked = sorted(rows, key=lambda r: (STATUS_ORDER.get(r["status"], 3), -(r.get("tokens_per_s") or 0)))
+    # trained jobs by validation loss (an LR sweep), plans by estimated throughput (a layout sweep)
+    ranked = sorted(rows, key=lambda r: (STATUS_ORDER.get(r["status"], 3), r["val_loss"] is None,
+                                         r["val_loss"] or 0.0, -(r.get("tokens_per_s") or 0)))
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(r.get(c)).replace("|", "/") for c in COLUMNS) + " |" for r in ranked]
+    lines += ["| " + " | ".join(_fmt(r.get(c), c).replace("|", "/") for c in COLUMNS) + " |" for r in ranked]
     (sweep_dir / "summary.md").write_text("\n".join(lines) + "\n")
     _chart(rows, sweep_dir / "summary.png")
     return rows

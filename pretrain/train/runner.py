@@ -1,9 +1,10 @@
 """`run(cfg)`: train the composed config's phases in this process and return the run's summary.
 
 The recipe: prepare data -> check it fits the model -> build the MindFormers model -> resume from
-the run directory's newest good checkpoint (or, for one phase run alone, continue from the previous
-phase's final checkpoint) -> chain the phases' LR schedules -> export mindformers.yaml -> train each
-phase under the resilience guards (signals, watchdog, spike / non-finite guards) -> plot, summarise.
+the run directory's newest good checkpoint (or, for a later phase run alone, branch from the
+previous phase's final checkpoint of the base run: pretrain/train/branch.py) -> chain the phases'
+LR schedules -> export mindformers.yaml -> train each phase under the resilience guards (signals,
+watchdog, spike / non-finite guards) -> plot, summarise.
 Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
 rank loads the same checkpoint.
 """
@@ -30,12 +31,12 @@ from pretrain.resilience.events import EventLog
 from pretrain.resilience.resume import Start, find_start, resume_changes
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import ranks
+from pretrain.train.branch import base_command, branches_from
 from pretrain.train.metrics import METRICS_FILE, MetricsWriter
 from pretrain.train.plot import plot_curves
 from pretrain.train.schedule import curriculum
-from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer, final_tag
 
-CURRICULUM = ("general", "reasoning", "anneal")  # conf/phase/all.yaml's order
 # cfg.model keys that are not the architecture (recipe numbers, initialisation, length limits)
 _NOT_ARCH = {
     "name",
@@ -59,9 +60,6 @@ def architecture_hash(arch: Dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def previous_phase(name: str) -> Optional[str]:
-    """The curriculum phase a phase run alone continues from (None for the first)."""
-    return CURRICULUM[CURRICULUM.index(name) - 1] if name in CURRICULUM[1:] else None
 
 
 def pad_token_id(tokenizer_path: str) -> int:
@@ -159,9 +157,10 @@ def start_point(
     """Where this run continues from, and the config changes it makes to its own checkpoint's run
     (each allowed by resume.RESUMABLE; any other raises). Run by the launcher before it replaces
     run_dir/config.yaml, and again by every rank, which may read a config.yaml edited since."""
-    plist = phases(cfg)
-    previous = previous_phase(str(plist[0].name)) if len(plist) == 1 else None
-    start = find_start([str(p.name) for p in plist], previous, checkpoints)
+    names = [str(p.name) for p in phases(cfg)]
+    # a later phase alone with no checkpoint of its own branches from train.init_from
+    start = find_start(names, branches_from(names), checkpoints, init_from=cfg.train.init_from,
+                       train_first=base_command(cfg))
     if start is None or start.handoff:   # a hand-off starts another phase: its config differs by design
         return start, []
     saved = read_state(start.info).get("config")
@@ -185,11 +184,14 @@ def resume(
 ) -> None:
     """Load the start checkpoint on this rank; log and print where the run continues from."""
     loading = time.perf_counter()
+    branched = start.handoff and Path(start.info.path).parent.resolve() != checkpoints.directory.resolve()
     state = trainer.restore(checkpoints, start.info)
     load_s = time.perf_counter() - loading
     if start.handoff:  # the phase's schedule starts from the LR the previous phase ended at
         state.lr_start = state.lr
         how = "continues from the previous phase's final checkpoint"
+        if branched:
+            how = "branches off the base run"
     else:
         how = f"resumes phase {state.phase} at step {state.phase_step}"
     if events is not None:
@@ -204,6 +206,8 @@ def resume(
         if changes:
             print("config changed since the checkpoint (allowed on resume, logged in events.jsonl): "
                   + ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changes), flush=True)
+    if branched:  # its own copy of where it started: it resumes and rolls back without the base run
+        trainer.save(tag=final_tag(state.phase) if state.phase in state.phases_done else None)
 
 
 def resume_hint(trainer: Trainer, checkpoints: CheckpointManager) -> str:

@@ -5,16 +5,20 @@ Within one phase of n steps (0-based step i is the LR of the i-th update):
     start  = the LR the previous phase ended at (0 for the first phase of a curriculum)
     peak   = phase.lr.peak, or `start` when it is None (continue where the previous phase ended)
     warmup = round(warmup_fraction · n) steps, linear from start to peak (step w-1 reaches peak)
-    decay  = the remaining steps, from peak to phase.lr.end, reaching `end` exactly on step n-1:
+    end    = phase.lr.end when given, else peak x phase.lr.end_ratio: relative to the phase's own
+             peak, so phase.lr.peak=3e-5 from the CLI moves the end with it
+    decay  = the remaining steps, from peak to end, reaching `end` exactly on step n-1:
              cosine | linear | constant (stays at peak) | wsd (stable, then linear over the last
              wsd_decay_fraction of the phase)
 So a phase that continues (peak None, no warmup) starts one decay step below where the previous
-one ended: the schedule is continuous across phase boundaries.
+one ended: the schedule is continuous across phase boundaries. The default curriculum
+(conf/phase/*.yaml): general peak P -> 0.3 P; reasoning continues, x 1/3 -> P/10; anneal
+continues, x 1/10 -> P/100 (levels() gives these without step counts).
 """
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from pretrain.config.errors import PretrainConfigError
 
@@ -43,6 +47,24 @@ class PhaseLR:
         return asdict(self)
 
 
+def end_lr(lr_cfg: Any, peak: float) -> float:
+    """phase.lr.end when set, else peak x phase.lr.end_ratio (for a continuing phase, peak is the LR
+    the previous phase ended at)."""
+    end = getattr(lr_cfg, "end", None)
+    return float(end) if end is not None else float(peak) * float(getattr(lr_cfg, "end_ratio", 0.1))
+
+
+def levels(phases: Sequence[Any], start: float = 0.0) -> List[Tuple[float, float]]:
+    """(peak, end) of each phase of a chain, each continuing phase from the previous one's end: the
+    LR levels a curriculum passes through, independent of the phases' step counts."""
+    out: List[Tuple[float, float]] = []
+    for phase in phases:
+        begin = out[-1][1] if out else start
+        peak = begin if phase.lr.peak is None else float(phase.lr.peak)
+        out.append((peak, end_lr(phase.lr, peak)))
+    return out
+
+
 def phase_lr(name: str, steps: int, lr_cfg: Any, start: float) -> PhaseLR:
     """One phase's schedule from its `lr` config block and the LR the previous phase ended at."""
     schedule = str(lr_cfg.schedule)
@@ -59,12 +81,18 @@ def phase_lr(name: str, steps: int, lr_cfg: Any, start: float) -> PhaseLR:
             f"phase {name}: lr.peak is None and there is no previous phase LR to continue "
             f"from (start={start}); set phase.lr.peak (e.g. phase.lr.peak=3e-4)"
         )
+    end = end_lr(lr_cfg, peak)
+    if not 0.0 <= end <= peak:  # only a continuing phase's start is unknown before the run starts
+        raise PretrainConfigError(
+            f"phase {name}: lr.end={end:g} is above the LR the phase starts its decay from ({peak:g}): "
+            f"a phase decays, it does not climb; lower phase.lr.end or leave it null (peak x lr.end_ratio)"
+        )
     return PhaseLR(
         name=name,
         steps=int(steps),
         start=float(start),
         peak=peak,
-        end=float(lr_cfg.end),
+        end=end,
         warmup_steps=int(round(warmup_fraction * steps)),
         schedule=schedule,
         wsd_decay_fraction=float(getattr(lr_cfg, "wsd_decay_fraction", 0.2) or 0.2),
