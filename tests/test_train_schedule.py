@@ -71,9 +71,9 @@ def test_an_explicit_peak_after_a_phase_rewarms_from_where_it_ended():
     assert p.at(4) == pytest.approx(5e-4)
 
 
-def test_bad_schedules_are_named():
-    with pytest.raises(PretrainConfigError, match="lr.schedule='step'"):
-        phase_lr("general", 10, lr_cfg(schedule="step"), start=0.0)
+def test_bad_schedules_are_named(compose_many):
+    bad = compose_many(["phase=general", "phase.lr.schedule=step"])
+    assert "phase.lr.schedule='step' must be one of cosine, linear, constant, wsd" in validate.problems(bad)
     with pytest.raises(PretrainConfigError, match="set phase.lr.peak"):
         phase_lr("reasoning", 10, lr_cfg(peak=None), start=0.0)
     with pytest.raises(ValueError, match="outside phase"):
