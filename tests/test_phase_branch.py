@@ -237,7 +237,7 @@ def test_a_key_added_with_plus_that_the_schema_lacks_is_named_with_the_one_meant
     (line,) = known_keys.unknown(compose_many(["+model.hiden_size=3"]))
     assert "did you mean model.hidden_size?" in line
     with pytest.raises(PretrainConfigError, match="train.foo.bar: no such key"):
-        known_keys.check(compose_many(["+train.foo.bar=1"]))
+        validate.check(compose_many(["+train.foo.bar=1"]))
     # + still adds to the open mappings
     assert known_keys.unknown(compose_many(["+phase.anneal.mix.web=1.0"])) == []
 

@@ -2,7 +2,7 @@
 
 Hydra's `+key=value` adds a key even to a typed (struct) node, so `+train.lr=1e-3` composes and is
 then silently unused, and `+phase.lr.peak=3e-5` under phase=all adds a fourth "phase" that breaks
-the run. `check(cfg)` refuses such keys in one line; `+` stays the way to add entries to the open
+the run. `unknown(cfg)` names such keys, one line each (the rulebook's first rule, validate.problems); `+` stays the way to add entries to the open
 mappings (phase.*.mix, data.sources). The same wording serves Hydra's own "not in struct" errors
 (pretrain/config/cli_errors.py).
 """
@@ -12,7 +12,6 @@ from typing import Any, Iterable, Iterator, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.config.errors import PretrainConfigError
 
 
 def suggest(key: str, known: Iterable[str]) -> Optional[str]:
@@ -62,12 +61,6 @@ def unknown(cfg: DictConfig) -> List[str]:
         lines.append(f"{leaf}: no such key in the schema (pretrain/config/schema.py), so nothing would "
                      f"read it" + (f"; did you mean {hint}?" if hint else ""))
     return lines
-
-
-def check(cfg: DictConfig) -> None:
-    found = unknown(cfg)
-    if found:
-        raise PretrainConfigError("\n".join(found))
 
 
 def _fields(node: DictConfig) -> Optional[set]:

@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 from omegaconf import DictConfig
 
-from pretrain.config import ranges
+from pretrain.config import known_keys, ranges
 from pretrain.config.errors import PretrainConfigError, PretrainDataError
 
 LR_SCHEDULES = ("cosine", "linear", "constant", "wsd")
@@ -57,11 +57,12 @@ def phase_steps(cfg: DictConfig, phase: Any) -> int:
 # ---------------------------------------------------------------- verdicts
 
 def problems(cfg: DictConfig) -> List[str]:
-    """What is wrong with the config itself. Values out of range come alone: the cross-field rules
-    assume sane numbers (no zero head count to divide by)."""
-    out_of_range = list(ranges.problems(cfg))
-    if out_of_range:
-        return out_of_range
+    """What is wrong with the config itself. Unknown keys, then values out of range, come alone: the
+    cross-field rules assume a schema-shaped config of sane numbers (no zero head count to divide by)."""
+    # keys the schema lacks (added with `+`) first: a stray phase.lr under phase=all is no phase
+    first = known_keys.unknown(cfg) or list(ranges.problems(cfg))
+    if first:
+        return first
     return [*_layout(cfg), *_model(cfg), *_batch(cfg), *_phases(cfg), *_data(cfg), *_run(cfg)]
 
 
