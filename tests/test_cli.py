@@ -139,3 +139,18 @@ def test_data_app_has_its_own_help(cli, tmp_path):
     assert trainer.startswith("pretrain: compose a model") and data.startswith("pretrain.data: prepare the")
     assert "data.sources.general.paths=" in data and "model: llama3_70b" in data   # same groups
     assert not list(tmp_path.glob("*.log")) and not (tmp_path / "outputs").exists()
+
+
+def test_options_without_their_own_name_get_their_own_run_dirs(cli, tmp_path):
+    """A user's model files that extend llama3_70b without `name:` must not share (and overwrite)
+    runs/llama3_70b-...: run names come from the options chosen on the command line."""
+    (tmp_path / "myconf" / "model").mkdir(parents=True)
+    for name, layers in (("mine", 40), ("other", 20)):
+        (tmp_path / "myconf" / "model" / f"{name}.yaml").write_text(
+            f"defaults:\n  - llama3_70b\n  - _self_\nnum_layers: {layers}\n")
+        cli("--config-dir", str(tmp_path / "myconf"), f"model={name}", "parallel=dp4tp8pp2",
+            "hardware=ascend910b_8x8", "dry_run=true", check=True)
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert runs == ["mine-dp4tp8pp2-ascend910b_8x8", "other-dp4tp8pp2-ascend910b_8x8"]
+    frozen = [(tmp_path / "runs" / r / "config.yaml").read_text() for r in runs]
+    assert "num_layers: 40" in frozen[0] and "num_layers: 20" in frozen[1]

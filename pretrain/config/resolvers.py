@@ -22,7 +22,17 @@ def _branch(phase, lr_peak):
     return run_suffix(phase, lr_peak)
 
 
+def _choice(group, name):
+    """The option picked for `group` on the command line (model=mine -> mine), else `name`: a
+    user's option file that extends another without its own `name:` still gets its own run dir.
+    Outside a Hydra app (compose() in tests and tools) there is no choice to read."""
+    from hydra.core.hydra_config import HydraConfig
+    if HydraConfig.initialized():
+        return HydraConfig.get().runtime.choices.get(group, name)
+    return name
+
+
 def register() -> None:
-    for name, fn in {"pt.mul": _mul, "pt.div": _div, "pt.branch": _branch}.items():
+    for name, fn in {"pt.mul": _mul, "pt.div": _div, "pt.branch": _branch, "pt.choice": _choice}.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
