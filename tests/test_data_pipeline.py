@@ -335,3 +335,13 @@ def test_a_100_mb_single_line_document_is_split_and_prepared(tmp_path, prepared)
     assert d["in"] == d["split_for_length"]["extra_pieces"] + 1 >= size // cfg.clean.max_chars
     assert d["in"] == d["kept"] + sum(d["dropped"].values()) and d["kept"] >= d["in"] - 1
     assert m["train"]["tokens"] > 10_000_000
+
+
+def test_a_corpus_too_small_for_the_vocabulary_is_refused_not_shrunk(corpus, tmp_path):
+    """sentencepiece stops early on a small corpus (hard_vocab_limit=false): the run must not go on
+    with fewer pieces than model.vocab_size says, and no such tokenizer is cached."""
+    cfg = data_cfg(tmp_path / "c", {"books": corpus["books"]}, **{"tokenizer.vocab_size": "20000"})
+    with pytest.raises(PretrainDataError, match=r"data.tokenizer.vocab_size=20000: .* yield only \d+ pieces; "
+                                                r"set model.vocab_size=\d+"):
+        prepare(cfg, progress=False)
+    assert not any((tmp_path / "c" / "tokenizers").glob("*/tokenizer.model"))

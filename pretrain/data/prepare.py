@@ -233,8 +233,17 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
         print(f"training a {tcfg.model_type} tokenizer (vocab {tcfg.vocab_size}) on "
               f"{len(sources)} source(s), {chars / 1e6:.1f} M chars", flush=True)
     every = tokenizers.keep_every(docs, chars, tcfg.train_sentences)
+    started = time.perf_counter()
     with building(final) as tmp:
-        tokenizers.train(tokenizers.training_sentences(texts(), every), tmp, tcfg, cfg.workers)
+        model = tokenizers.train(tokenizers.training_sentences(texts(), every), tmp, tcfg, cfg.workers)
+        got = tokenizers.tokenizer_vocab_size(model)
+        if got < int(tcfg.vocab_size):   # sentencepiece stops where the corpus runs out of merges
+            raise PretrainDataError(
+                f"data.tokenizer.vocab_size={tcfg.vocab_size}: {chars / 1e6:.1f} M chars of training text "
+                f"yield only {got} pieces; set model.vocab_size={got} (the tokenizer follows it), add text, "
+                f"or give a trained tokenizer with data.tokenizer.path=...")
+    if progress:
+        print(f"trained the tokenizer: {got} pieces in {time.perf_counter() - started:.0f} s", flush=True)
     return final / "tokenizer.model"
 
 
