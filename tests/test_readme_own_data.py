@@ -31,12 +31,14 @@ def _corpus(root: Path) -> None:
                               if isinstance(d, str) and len(d) > 200))
     for sub in ("web", "code", "chat"):
         (root / "corpus" / sub).mkdir(parents=True)
-    (root / "corpus" / "web" / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[::2]))
+    web = "".join(json.dumps({"text": t}) + "\n" for t in docs[::2])
+    (root / "corpus" / "web" / "a.jsonl").write_text(web)
     for i, t in enumerate(docs[1::2]):
         (root / "corpus" / "chat" / f"{i}.txt").write_text(t)
     with gzip.open(root / "corpus" / "code" / "b.jsonl.gz", "wt") as fh:
-        for path in sorted(Path(json.__file__).parent.glob("*.py")) + sorted(Path(logging.__file__).parent.glob("*.py")):
-            fh.write(json.dumps({"content": path.read_text()}) + "\n")
+        for package in (json, logging):
+            for path in sorted(Path(package.__file__).parent.glob("*.py")):
+                fh.write(json.dumps({"content": path.read_text()}) + "\n")
 
 
 def test_own_data_commands_run_as_written(tmp_path):
