@@ -140,6 +140,9 @@ class DataConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_length: int = MISSING
     packing: str = "best_fit"                 # best_fit | concat
+    # true: each document of a packed row attends only to itself and its positions restart
+    # (MindFormers use_eod_reset + document mask); false: plain causal attention across the row
+    document_mask: bool = True
     num_shards: int = 1
     val_fraction: float = 0.01
     workers: int = 2
