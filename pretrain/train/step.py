@@ -287,18 +287,7 @@ class TrainStep:
         return lm / max(tokens, 1.0)
 
     def inputs(self, batch) -> Tuple[Tensor, ...]:
-        """(input_ids, labels, loss_mask, position_ids, doc) Tensors of a loader batch: doc is the
-        attention_mask or actual_seq_len of this run's document-attention mode (a placeholder when
-        off, so every cell has one signature)."""
-        arrays = model_arrays(batch, self.attention)
-        position_ids = arrays.get("position_ids")
-        if position_ids is None:
-            position_ids = np.zeros((1,), np.int32)
-        doc = arrays.get("attention_mask", arrays.get("actual_seq_len"))
-        if doc is None:
-            doc = np.zeros((1,), np.int32)
-        return (Tensor(arrays["input_ids"]), Tensor(arrays["labels"]), Tensor(arrays["loss_mask"]),
-                Tensor(position_ids), Tensor(doc))
+        return model_inputs(batch, self.attention)
 
     @property
     def applied_lr(self) -> float:
@@ -318,6 +307,21 @@ class TrainStep:
             # sees a buffer that set_data swaps in
             self.scaler.scale_value.copy_(Tensor(float(state["scale_value"]), ms.float32))
             self.scaler.counter.copy_(Tensor(int(state["counter"]), ms.int32))
+
+
+def model_inputs(batch, attention: str) -> Tuple[Tensor, ...]:
+    """(input_ids, labels, loss_mask, position_ids, doc) Tensors of a loader batch: doc is the
+    attention_mask or actual_seq_len of the document-attention mode (a placeholder when "off", so
+    every cell has one signature)."""
+    arrays = model_arrays(batch, attention)
+    position_ids = arrays.get("position_ids")
+    if position_ids is None:
+        position_ids = np.zeros((1,), np.int32)
+    doc = arrays.get("attention_mask", arrays.get("actual_seq_len"))
+    if doc is None:
+        doc = np.zeros((1,), np.int32)
+    return (Tensor(arrays["input_ids"]), Tensor(arrays["labels"]), Tensor(arrays["loss_mask"]),
+            Tensor(position_ids), Tensor(doc))
 
 
 def _add(acc, grad):
