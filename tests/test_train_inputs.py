@@ -57,7 +57,8 @@ def test_actual_seq_len_matches_mindformers_and_describes_the_same_mask(mindform
 
 def test_too_many_documents_for_the_compressed_mask_is_refused_by_name():
     batch = packed([2] * 8)
-    with pytest.raises(PretrainDataError, match=r"8 document pieces.*eod_pad_length 4.*data\.document_mask=false"):
+    message = r"8 document pieces.*eod_pad_length 4.*data\.document_mask=false"
+    with pytest.raises(PretrainDataError, match=message):
         inputs.actual_seq_len(batch["segment_ids"], pad_length=4)
 
 

@@ -175,7 +175,7 @@ def test_z_loss_adds_z_times_sum_log_partition_squared_to_mindformers_cross_entr
     args = model_inputs(b, "mask")
     _, mindformers_ce, tokens = LossCell(net, attention="mask")(*args)
     z = 1e-2
-    objective, ce, _ = LossCell(net, z_loss=z, attention="mask")(*args)  # switches the model to its logits output
+    objective, ce, _ = LossCell(net, z_loss=z, attention="mask")(*args)  # the model in its logits mode
     logits = net(input_ids=args[0], labels=args[1], loss_mask=args[2], position_ids=args[3],
                  attention_mask=args[4]).asnumpy().astype(np.float64)
     log_z = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)

@@ -274,7 +274,7 @@ class TrainStep:
             "grad_norm": float(norm.asnumpy()),
             "finite": bool(finite.asnumpy()),
             "loss_scale": float(loss_scale.asnumpy()),
-            "tokens": int(round(float(tokens.asnumpy()))),
+            "tokens": float(tokens.asnumpy()),  # valid tokens of the global batch (NaN if poisoned)
         }
 
     def evaluate_sums(self, batch) -> Tuple[float, float]:
