@@ -71,7 +71,7 @@ class LossCell(nn.Cell):
     MindFormers' loss has no z-loss term, and the cross entropy is computed here from the same
     log-partition. The caller divides by the token count of the whole global batch."""
 
-    def __init__(self, net: nn.Cell, z_loss: float = 0.0, attention: str = "off"):
+    def __init__(self, net: nn.Cell, z_loss: float = 0.0, *, attention: str):
         super().__init__(auto_prefix=False)
         self.net = net
         self.z_loss = float(z_loss)
@@ -218,12 +218,15 @@ class TrainStep:
         grad_accum: int,
         grad_clip: float,
         loss_scaling: bool,
+        attention: str,
         z_loss: float = 0.0,
-        attention: str = "off",
     ):
+        # attention: the model's document-attention mode (mindformers_config.document_attention of
+        # the config it was built from), no default: a model built with use_eod_reset fed no
+        # position_ids fails deep in graph compilation
         self.net = net
         self.attention = attention
-        self.loss_cell = LossCell(net, z_loss, attention)
+        self.loss_cell = LossCell(net, z_loss, attention=attention)
         params = net.trainable_params()
         # AdamW decays matrices only: norm gains (1-D) keep their scale (Megatron, OLMo).
         groups = [
