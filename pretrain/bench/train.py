@@ -26,7 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 _OPTIONS = ("rounds", "steps", "compare")
 
 
@@ -110,11 +109,11 @@ def main(argv) -> None:
     from mindspore import Tensor, nn
 
     from pretrain.data.prepare import prepare
+    from pretrain.model.mindformers_config import document_attention
     from pretrain.plan.planner import flops_per_token, model_shape
     from pretrain.train.metrics import MetricsWriter
     from pretrain.train.runner import architecture, make_loader
     from pretrain.train.schedule import phase_lr
-    from pretrain.model.mindformers_config import document_attention
     from pretrain.train.step import TrainStep, model_inputs, train_step_args
     from pretrain.train.trainer import PhasePlan, Throughput, Trainer, split_micro
 
