@@ -63,6 +63,15 @@ def test_every_model_exports_a_config_mindformers_loads_as_that_architecture(
     else:
         assert t.init_method_std == pytest.approx(m.init_std)
     assert bool(t.sandwich_norm) == bool(m.sandwich_norm)
+    # packed documents: MindFormers' own switches, and the inputs that feed them
+    mode = mfc.document_attention(cfg)
+    assert mode == ("mask" if hardware == "cpu" else "compressed")
+    assert t.calculate_per_token_loss and loaded.calculate_per_token_loss
+    assert t.use_eod_reset and bool(t.use_eod_attn_mask_compression) == (mode == "compressed")
+    if mode == "compressed":  # flash attention over the flat batch, cut at actual_seq_len
+        assert (t.input_layout, t.sparse_mode) == ("TND", 3)
+    assert list(loaded.train_dataset.input_columns) == mfc.input_columns(cfg)
+    assert list(loaded.train_dataset.construct_args_key) == mfc.input_columns(cfg)
     if m.num_experts:
         assert (t.num_moe_experts, t.moe_router_topk, t.moe_ffn_hidden_size) == (
             m.num_experts,
@@ -89,6 +98,24 @@ def test_layouts_map_onto_mindformers_parallel_sections(compose_many):
     assert tiny["use_parallel"] is False and tiny["parallel"]["parallel_mode"] == 0
     assert tiny["runner_wrapper"]["scale_sense"] == 1.0
     assert tiny["model"]["model_config"]["compute_dtype"] == "float32"
+
+
+def test_document_mask_switches_and_inputs_follow_data_document_mask(compose_many):
+    cpu = compose_many([])
+    assert cpu.data.document_mask is True  # the default
+    block = mfc.model_config(cpu)
+    assert block["use_eod_reset"] and block["calculate_per_token_loss"]
+    assert "use_eod_attn_mask_compression" not in block  # needs flash attention: CPU feeds the mask
+    assert mfc.input_columns(cpu)[-2:] == ["position_ids", "attention_mask"]
+    off = compose_many(["data.document_mask=false"])
+    assert mfc.document_attention(off) == "off" and "use_eod_reset" not in mfc.model_config(off)
+    assert mfc.model_config(off)["calculate_per_token_loss"]  # token-weighted either way
+    assert mfc.input_columns(off) == list(mfc.INPUT_COLUMNS)
+    short = compose_many(["model=llama3_8b", "hardware=ascend910b_1x8", "model.seq_length=1024"])
+    assert mfc.document_attention(short) == "mask"  # MindFormers compresses masks from 2048 only
+    semi = compose_many(["model=llama3_70b", "hardware=ascend910b_8x8", "parallel=dp2tp4pp8vpp2"])
+    strategy = mfc.parallel_blocks(semi)["parallel"]["dataset_strategy"]
+    assert len(strategy) == len(mfc.input_columns(semi)) == 5 and strategy[-1] == [2, 1]  # actual_seq_len
 
 
 def test_lr_schedule_export_uses_mindformers_class_names(compose_many):

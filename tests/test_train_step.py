@@ -1,5 +1,6 @@
-"""The GRAPH-mode training step on the real (shrunken) MindFormers model: accumulation, the LR feed,
-clipping, loss scaling with non-finite skips, z-loss, and checkpoint restore."""
+"""The GRAPH-mode training step on the real (shrunken) MindFormers model: token-weighted
+accumulation, the LR feed, clipping, loss scaling with non-finite skips, z-loss, and checkpoint
+restore."""
 
 import numpy as np
 import pytest
@@ -48,6 +49,7 @@ class RandomTokens:
 
 
 def make_step(cfg, weights=None, **kw):
+    from pretrain.model.mindformers_config import document_attention
     from pretrain.train.step import TrainStep
 
     net = builder.build_model(cfg)
@@ -63,6 +65,7 @@ def make_step(cfg, weights=None, **kw):
         grad_accum=1,
         grad_clip=1.0,
         loss_scaling=False,
+        attention=document_attention(cfg),
     )
     args.update(kw)
     return TrainStep(net, **args)
@@ -72,14 +75,51 @@ def weights_of(step):
     return {p.name: p.asnumpy().copy() for p in step.net.trainable_params()}
 
 
-def test_accumulating_two_micro_batches_equals_one_step_on_both(runtime, cfg):
-    b = RandomTokens(4).batch(0)
+def uneven(batch):
+    """The batch with its first half nearly all padding (3 valid tokens a row) and its second half
+    fully valid: micro-batch means would weigh those 6 tokens like the other 64."""
+    out = {k: v.copy() for k, v in batch.items()}
+    half = len(out["loss_mask"]) // 2
+    out["loss_mask"][:half, 3:] = 0.0
+    return out
+
+
+def masked_mean_ce(step, batch):
+    """The reference: the model's per-token cross entropy, averaged over the batch's valid tokens."""
+    import mindspore as ms
+
+    net = step.net
+    net.set_train(False)  # logits
+    try:
+        logits = net(input_ids=ms.Tensor(batch["input_ids"]), labels=ms.Tensor(batch["labels"]),
+                     loss_mask=ms.Tensor(batch["loss_mask"]), position_ids=ms.Tensor(
+                         np.broadcast_to(np.arange(SEQ, dtype=np.int32), batch["labels"].shape).copy()),
+                     attention_mask=ms.Tensor(np.broadcast_to(np.triu(np.ones((SEQ, SEQ), np.uint8), 1),
+                                                              (len(batch["labels"]), 1, SEQ, SEQ)).copy()))
+    finally:
+        net.set_train(True)
+    lg = logits.asnumpy().astype(np.float64)
+    lse = np.log(np.exp(lg - lg.max(-1, keepdims=True)).sum(-1)) + lg.max(-1)
+    ce = lse - lg[np.arange(len(lg)), batch["labels"].reshape(-1)]
+    mask = batch["loss_mask"].reshape(-1)
+    return float((ce * mask).sum() / mask.sum()), ce.reshape(batch["labels"].shape)
+
+
+def test_accumulating_uneven_micro_batches_equals_one_big_batch_token_weighted(runtime, cfg):
+    b = uneven(RandomTokens(4).batch(0))
     halves = [{k: v[:2] for k, v in b.items()}, {k: v[2:] for k, v in b.items()}]
     accumulated = make_step(cfg, grad_accum=2)
     init = weights_of(accumulated)
     whole = make_step(cfg, weights=init)
-    for _ in range(2):  # the second step proves the buffers were zeroed after the first
+    expected, ce = masked_mean_ce(whole, b)
+    mean_of_means = np.mean([(ce[r] * b["loss_mask"][r]).sum() / b["loss_mask"][r].sum()
+                             for r in (slice(0, 2), slice(2, 4))])
+    assert abs(mean_of_means - expected) > 1e-3  # the batch is uneven enough to tell the two apart
+    for i in range(2):  # the second step proves the buffers were zeroed after the first
         a, w = accumulated.step(halves, 1e-3), whole.step([b], 1e-3)
+        assert a["tokens"] == w["tokens"] == 2 * 3 + 2 * SEQ
+        if i == 0:
+            assert w["loss"] == pytest.approx(expected, rel=1e-5)  # token-weighted, not per-batch means
         assert a["loss"] == pytest.approx(w["loss"], rel=1e-5)
         assert a["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-4)
     after_a, after_w = weights_of(accumulated), weights_of(whole)
@@ -127,21 +167,23 @@ def test_an_overflowing_step_is_skipped_and_the_loss_scale_backs_off(runtime, cf
     assert any(not np.array_equal(before[k], v) for k, v in weights_of(step).items())
 
 
-def test_z_loss_adds_z_times_mean_log_partition_squared_to_mindformers_cross_entropy(runtime, cfg):
-    import mindspore as ms
-
-    from pretrain.train.step import LossCell
+def test_z_loss_adds_z_times_sum_log_partition_squared_to_mindformers_cross_entropy(runtime, cfg):
+    from pretrain.train.step import LossCell, model_inputs
 
     net = builder.build_model(cfg)
-    b = RandomTokens(2).batch(0)
-    args = (ms.Tensor(b["input_ids"]), ms.Tensor(b["labels"]), ms.Tensor(b["loss_mask"]))
-    _, mindformers_ce = LossCell(net)(*args)
+    b = uneven(RandomTokens(2).batch(0))
+    args = model_inputs(b, "mask")
+    _, mindformers_ce, tokens = LossCell(net, attention="mask")(*args)
     z = 1e-2
-    objective, ce = LossCell(net, z_loss=z)(*args)  # switches the model to its logits output
-    logits = net(input_ids=args[0], labels=args[1], loss_mask=args[2]).asnumpy().astype(np.float64)
+    objective, ce, _ = LossCell(net, z_loss=z, attention="mask")(*args)  # the model in its logits mode
+    logits = net(input_ids=args[0], labels=args[1], loss_mask=args[2], position_ids=args[3],
+                 attention_mask=args[4]).asnumpy().astype(np.float64)
     log_z = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    mask = b["loss_mask"].reshape(-1)
+    assert float(tokens.asnumpy()) == mask.sum() == 3 + SEQ
     assert float(ce.asnumpy()) == pytest.approx(float(mindformers_ce.asnumpy()), rel=1e-5)
-    assert float(objective.asnumpy()) - float(ce.asnumpy()) == pytest.approx(z * (log_z**2).mean(), rel=1e-4)
+    assert float(objective.asnumpy()) - float(ce.asnumpy()) == pytest.approx(
+        z * (log_z**2 * mask).sum(), rel=1e-4)
 
 
 def test_restoring_a_checkpoint_continues_exactly_and_refuses_another_architecture(

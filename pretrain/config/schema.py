@@ -144,6 +144,9 @@ class DataConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     seq_length: int = between(2, 16 * M)
     packing: str = "best_fit"                 # best_fit | concat
+    # true: each document of a packed row attends only to itself and its positions restart
+    # (MindFormers use_eod_reset + document mask); false: plain causal attention across the row
+    document_mask: bool = True
     num_shards: int = between(1, M, 1)
     val_fraction: float = between(0.0, 1.0, 0.01, high_open=True)
     workers: int = between(1, K, 2)

@@ -149,6 +149,24 @@ class _RankView:
         return self.shards[self.shard_of[i]].row(int(self.row_of[i]))
 
 
+def rows_to_batch(rows: List[Tuple[np.ndarray, np.ndarray]], seq_length: int) -> Dict[str, np.ndarray]:
+    """A batch (layout in the module docstring) of packed rows, each (ids [seq_length + 1], the
+    lengths of its document pieces)."""
+    B, cap = len(rows), seq_length + 1
+    ids = np.empty((B, cap), np.int32)
+    seg = np.zeros((B, cap), np.int32)
+    pos = np.zeros((B, cap), np.int32)
+    for b, (row_ids, lens) in enumerate(rows):
+        ids[b] = row_ids
+        n = int(lens.sum())
+        seg[b, :n] = np.repeat(np.arange(1, len(lens) + 1, dtype=np.int32), lens)
+        pos[b, :n] = np.arange(n) - np.repeat(np.cumsum(lens) - lens, lens)
+    same_doc = (seg[:, :-1] != 0) & (seg[:, 1:] == seg[:, :-1])
+    return {"input_ids": ids[:, :-1].copy(), "labels": ids[:, 1:].copy(),
+            "loss_mask": same_doc.astype(np.float32), "position_ids": pos[:, :-1].copy(),
+            "segment_ids": seg[:, :-1].copy()}
+
+
 class BatchLoader:
     def __init__(self, prepared: Dict[str, Prepared], weights: Dict[str, float], *, batch_size: int,
                  seq_length: int, seed: int, dp_rank: int = 0, dp_size: int = 1,
@@ -208,21 +226,12 @@ class BatchLoader:
     def batch(self, step: int) -> Dict[str, np.ndarray]:
         if step < 0:
             raise PretrainDataError(f"step {step}: must be >= 0")
-        B, cap = self.batch_size, self.seq_length + 1
-        ids = np.empty((B, cap), np.int32)
-        seg = np.zeros((B, cap), np.int32)
-        pos = np.zeros((B, cap), np.int32)
-        for d, where, rows in self._draw(step * B + np.arange(B)):
-            for b, r in zip(where.tolist(), rows.tolist()):
-                row_ids, lens = self.views[d].row(r)
-                ids[b] = row_ids
-                n = int(lens.sum())
-                seg[b, :n] = np.repeat(np.arange(1, len(lens) + 1, dtype=np.int32), lens)
-                pos[b, :n] = np.arange(n) - np.repeat(np.cumsum(lens) - lens, lens)
-        same_doc = (seg[:, :-1] != 0) & (seg[:, 1:] == seg[:, :-1])
-        return {"input_ids": ids[:, :-1].copy(), "labels": ids[:, 1:].copy(),
-                "loss_mask": same_doc.astype(np.float32), "position_ids": pos[:, :-1].copy(),
-                "segment_ids": seg[:, :-1].copy()}
+        B = self.batch_size
+        rows: List[Tuple[np.ndarray, np.ndarray]] = [None] * B  # type: ignore[list-item]
+        for d, where, drawn in self._draw(step * B + np.arange(B)):
+            for b, r in zip(where.tolist(), drawn.tolist()):
+                rows[b] = self.views[d].row(r)
+        return rows_to_batch(rows, self.seq_length)
 
     def realised_shares(self, steps: Union[int, Iterable[int]]) -> Dict[str, float]:
         """Share of real (non-padding) tokens each dataset contributed to this rank's batches

@@ -5,11 +5,15 @@ runtime replacements, applied by `apply()` only when hardware.device == cpu, bef
 built; Ascend runs never call this and keep MindFormers' fused kernels and flash attention:
 
 1. core attention: FlashAttentionScore is Ascend-only -> softmax(QKᵀ/√d + mask)V (`CPUCoreAttention`).
+   With document masking (data.document_mask) the mask it applies is the block-diagonal causal
+   mask the step feeds as MindFormers' `attention_mask` input (pretrain/train/inputs.py), the one
+   Ascend's flash attention applies from actual_seq_len.
 2. `Attention._repeat_kv`: the non-flash path MindFormers falls back to assumes a [B, N, S, D]
    layout, but its caller hands it [S, B, N, D], so grouped-query attention (kv heads < heads)
    fails to compile; the replacement repeats kv heads on the right axis (query head i reads kv head
    i // rep, the convention flash attention uses, so CPU-trained weights mean the same on Ascend).
-3. RoPE's `Outer` primitive has no CPU kernel -> a broadcast product.
+3. RoPE's `Outer` primitive has no CPU kernel -> a broadcast product (in the frequencies' dtype:
+   with use_eod_reset the positions are the int32 position_ids input).
 4. The vocab embedding's lookup backprops through EmbeddingDenseBackward (no CPU kernel) -> Gather.
 5. The registered model classes hard-code fused RmsNorm (Ascend-only) -> MindFormers' own
    non-fused RMSNorm (`FusedNorm` builds through the module-level name, so one rebinding covers
@@ -74,11 +78,14 @@ def _replacements():
 
     class CPUOuter(_NoShard):
         def construct(self, x, y):
-            return ops.reshape(x, (-1, 1)) * ops.reshape(y, (1, -1))
+            return ops.reshape(ops.cast(x, y.dtype), (-1, 1)) * ops.reshape(y, (1, -1))
 
     class CPUCoreAttention(_NoShard):
         """softmax(QKᵀ·scale + mask·-1e9)V on q/k/v [S, B, N, D] (kv already repeated to N heads);
-        mask [B, 1, S, S] with 1 = masked, as CausalMaskGenerate makes it. Returns [S, B, N·D]."""
+        mask [B, 1, S, S] with 1 = masked, as CausalMaskGenerate makes it (or the block-diagonal
+        document mask fed as attention_mask). A masked key adds -1e9: its weight is exactly 0 in
+        fp32, so a document's outputs do not depend on the other documents of its row.
+        Returns [S, B, N·D]."""
 
         def __init__(self, config, layer_number=1, **kwargs):
             super().__init__()

@@ -28,7 +28,9 @@ _CLASSES = {
     ("qwen3", False): ("qwen3", "Qwen3ForCausalLM"),
     ("qwen3", True): ("qwen3_moe", "Qwen3MoeForCausalLM"),
 }
-INPUT_COLUMNS = ("input_ids", "labels", "loss_mask", "position_ids")  # train_dataset's columns
+INPUT_COLUMNS = ("input_ids", "labels", "loss_mask", "position_ids")  # train_dataset's base columns
+# MindFormers' CausalMaskGenerate refuses mask compression below this sequence length
+_MIN_COMPRESSED_SEQ = 2048
 _LR_SCHEDULES = {
     "cosine": "CosineWithWarmUpLR",
     "linear": "LinearWithWarmUpLR",
@@ -52,6 +54,27 @@ def model_class(model: Any) -> tuple:
     """(model_type, architecture) of the registered MindFormers class that trains `model` (the
     combinations it cannot train are refused by pretrain/config/validate.py)."""
     return _CLASSES[(str(model.arch), int(model.num_experts or 0) > 0)]
+
+
+def document_attention(cfg: DictConfig) -> str:
+    """How packed documents are kept apart (pretrain/train/inputs.py feeds each mode):
+    "off" (data.document_mask=false: causal over the whole row); "compressed" on Ascend from
+    seq_length 2048, MindFormers' compressed EOD mask (use_eod_attn_mask_compression, flash
+    attention in TND layout fed actual_seq_len); "mask" otherwise (CPU, or shorter Ascend rows),
+    MindFormers' attention_mask input carrying the block-diagonal causal mask."""
+    if not bool(cfg.data.document_mask):
+        return "off"
+    if cfg.hardware.device != "cpu" and int(cfg.model.seq_length) >= _MIN_COMPRESSED_SEQ:
+        return "compressed"
+    return "mask"
+
+
+def input_columns(cfg: DictConfig) -> List[str]:
+    """The model's inputs (MindFormers construct argument names) that train_dataset provides."""
+    mode = document_attention(cfg)
+    if mode == "off":
+        return list(INPUT_COLUMNS)
+    return [*INPUT_COLUMNS, "actual_seq_len" if mode == "compressed" else "attention_mask"]
 
 
 def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
@@ -95,7 +118,15 @@ def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
         "layernorm_compute_dtype": "float32",
         "softmax_compute_dtype": "float32",
         "rotary_dtype": "float32",
+        # Loss = sum over valid tokens / their count over the whole global batch: the model returns
+        # (numerator, denominator) and the step divides after accumulation and the all-reduce.
+        "calculate_per_token_loss": True,
     }
+    mode = document_attention(cfg)
+    if mode != "off":
+        block["use_eod_reset"] = True  # RoPE positions from position_ids, restarting per document
+    if mode == "compressed":
+        block["use_eod_attn_mask_compression"] = True
     if m.init_method == "tiny":
         # MindFormers (like Megatron) scales the output projections' std by 1/sqrt(2·layers) on top
         # of init_method_std; TinyInit uses the one std everywhere, so pin those weights to it too.
@@ -202,8 +233,10 @@ def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
     if semi:
         parallel["search_mode"] = "sharding_propagation"
         parallel["strategy_ckpt_config"] = {"save_file": "./ckpt_strategy.ckpt", "only_trainable_params": False}
-        # one [dp, 1] per train_dataset input column: batch split over dp, sequences whole
-        parallel["dataset_strategy"] = [[dp, 1]] * len(INPUT_COLUMNS)
+        # per train_dataset input column: batch split over dp, sequences (and masks) whole
+        parallel["dataset_strategy"] = [
+            [dp, 1, 1, 1] if c == "attention_mask" else [dp, 1] for c in input_columns(cfg)
+        ]
     if vpp > 1 or p.pipeline_schedule == "zero_bubble":   # zero_bubble is ZB-V: vpp=2 (validate.py)
         parallel["pipeline_config"] = {
             "pipeline_interleave": True,
@@ -269,6 +302,8 @@ def export(
     out: Dict[str, Any] = {
         "seed": int(t.seed),
         "run_mode": "train",
+        # MindFormers' trainer hands this to the model and its wrapper (GradAccumulationCellWithTwoOutput)
+        "calculate_per_token_loss": True,
         "use_legacy": False,
         "output_dir": "./output",
         "load_checkpoint": "",
@@ -304,8 +339,10 @@ def export(
         "lr_schedule": lr_schedule_block(first_phase, first_phase_steps, first_phase_peak),
         "train_dataset": {
             "data_loader": {"type": "MindDataset", "dataset_files": list(train_files or []), "shuffle": True},
-            "input_columns": list(INPUT_COLUMNS),
-            "construct_args_key": list(INPUT_COLUMNS),
+            # document masking adds attention_mask (the block-diagonal mask) or actual_seq_len (the
+            # compressed EOD mask, per-row offsets already added): pretrain/train/inputs.py
+            "input_columns": input_columns(cfg),
+            "construct_args_key": input_columns(cfg),
             "drop_remainder": True,
             "num_parallel_workers": 2,
             "seed": int(t.seed),

@@ -1,17 +1,29 @@
 """The GRAPH-mode training step around the MindFormers model (imports mindspore; load lazily).
 
 One optimizer step = grad_accum micro-batches. `accumulate_cell` (micro-batches 1..A-1) adds their
-gradients into fp32 buffers; `update_cell` (the last one) adds its own, averages, unscales (dynamic
-loss scaling), measures the global norm, clips, and applies AdamW — skipping the update when any
-gradient is non-finite, so such values never reach the weights. The learning rate is an input
-tensor assigned to the optimizer's `learning_rate` parameter inside the graph, so the graph
-compiles once for the whole run however the schedule moves.
+gradients, loss sums and valid-token counts into fp32 buffers; `update_cell` (the last one) adds
+its own, divides by the step's valid-token count, unscales (dynamic loss scaling), measures the
+global norm, clips, and applies AdamW — skipping the update when any gradient is non-finite, so
+such values never reach the weights. The learning rate is an input tensor assigned to the
+optimizer's `learning_rate` parameter inside the graph, so the graph compiles once for the whole
+run however the schedule moves.
+
+The loss is token-weighted over the whole global batch: the model runs with MindFormers'
+calculate_per_token_loss and returns the sum of its valid tokens' cross entropy; sums and token
+counts are added over micro-batches and data-parallel ranks and divided once, so a micro-batch or a
+rank with few valid tokens (padding, short documents) weighs what its tokens weigh, not a whole
+micro-batch's share (a mean of per-micro-batch means would).
 
 Data parallel (MindSpore's DATA_PARALLEL context, one msrun rank per replica): the update cell
-all-reduces the (accumulated) gradients to their mean over the ranks before unscaling, the norm,
-the clip and AdamW, so every replica applies the same update and the weights stay identical; the
-losses it returns (and the evaluation loss) are the mean over the ranks, so rank 0 logs the loss
-of the global batch. One process: no collective is built.
+all-reduces (sums) the accumulated gradients, loss sums and token counts over the ranks before the
+division, unscaling, the norm, the clip and AdamW, so every replica applies the same update and the
+weights stay identical, and the loss it returns (and the evaluation loss) is that of the global
+batch on every rank. One process: no collective is built.
+
+The model's inputs besides ids, labels and loss mask are those of the run's document-attention
+mode (pretrain/train/inputs.py): position_ids, and the block-diagonal attention_mask (CPU) or
+actual_seq_len (Ascend's compressed EOD mask); every cell takes (…, position_ids, doc) and feeds the
+model only what its mode uses.
 """
 
 from functools import partial
@@ -21,6 +33,9 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.amp import DynamicLossScaler
+
+from pretrain.model import mindformers_config
+from pretrain.train.inputs import model_arrays
 
 _hyper_map = ops.HyperMap()
 
@@ -35,62 +50,73 @@ def data_parallel_degree() -> int:
     return int(get_group_size())
 
 
-class RankMean(nn.Cell):
-    """Mean of a tensor over the data-parallel ranks (CPU's AllReduce only sums)."""
+class RankSum(nn.Cell):
+    """Sum of a tensor over the data-parallel ranks."""
 
-    def __init__(self, degree: int):
+    def __init__(self):
         super().__init__(auto_prefix=False)
-        self.degree = float(degree)
         self.all_reduce = ops.AllReduce()
 
     def construct(self, x):
-        return self.all_reduce(x) / self.degree
+        return self.all_reduce(x)
 
 
 class LossCell(nn.Cell):
-    """(objective, lm_loss) of one micro-batch.
+    """(objective sum, LM cross-entropy sum, valid tokens) of one micro-batch.
 
-    Without z-loss the objective is what MindFormers' own Mcore wrapper optimises: LM cross entropy
-    plus the model's auxiliary terms (MoE balance, MTP, indexer; zeros for a dense model). With
-    z-loss (PaLM: z · log²Z per token) the model runs in its logits mode, because MindFormers' loss
-    has no z-loss term, and the cross entropy is computed here from the same log-partition."""
+    Without z-loss the objective is what MindFormers' own Mcore wrapper optimises under
+    calculate_per_token_loss: the LM cross-entropy sum plus the model's auxiliary terms (MTP sum;
+    MoE balance and indexer losses, which the model scales by the token count; zeros for a dense
+    model). With z-loss (PaLM: z · log²Z per token) the model runs in its logits mode, because
+    MindFormers' loss has no z-loss term, and the cross entropy is computed here from the same
+    log-partition. The caller divides by the token count of the whole global batch."""
 
-    def __init__(self, net: nn.Cell, z_loss: float = 0.0):
+    def __init__(self, net: nn.Cell, z_loss: float = 0.0, *, attention: str):
         super().__init__(auto_prefix=False)
         self.net = net
         self.z_loss = float(z_loss)
+        self.attention = attention  # pretrain.train.inputs.MODES
         if self.z_loss > 0:
             net.set_train(False)  # MindFormers' GPTModel returns fp32 logits [B·S, V] when not training
 
-    def construct(self, input_ids, labels, loss_mask):
+    def _model(self, input_ids, labels, loss_mask, position_ids, doc):
+        if self.attention == "mask":
+            return self.net(input_ids=input_ids, position_ids=position_ids, attention_mask=doc,
+                            labels=labels, loss_mask=loss_mask)
+        if self.attention == "compressed":
+            return self.net(input_ids=input_ids, position_ids=position_ids, actual_seq_len=doc,
+                            labels=labels, loss_mask=loss_mask)
+        return self.net(input_ids=input_ids, labels=labels, loss_mask=loss_mask)
+
+    def construct(self, input_ids, labels, loss_mask, position_ids, doc):
+        tokens = loss_mask.sum()
         if self.z_loss > 0:
-            logits = self.net(input_ids=input_ids, labels=labels, loss_mask=loss_mask)
+            logits = self._model(input_ids, labels, loss_mask, position_ids, doc)
             flat_labels = ops.reshape(labels, (-1, 1))
             flat_mask = ops.reshape(loss_mask, (-1,))
             log_z = ops.logsumexp(logits, -1)
             picked = ops.reshape(ops.gather_elements(logits, 1, flat_labels), (-1,))
-            denom = ops.maximum(flat_mask.sum(), 1.0)
-            lm = ((log_z - picked) * flat_mask).sum() / denom
-            objective = lm + self.z_loss * (ops.square(log_z) * flat_mask).sum() / denom
-            return objective, lm
-        lm, mtp, aux, indexer = self.net(input_ids=input_ids, labels=labels, loss_mask=loss_mask)
+            lm = ((log_z - picked) * flat_mask).sum()
+            objective = lm + self.z_loss * (ops.square(log_z) * flat_mask).sum()
+            return objective, lm, tokens
+        lm, _, mtp, _, aux, indexer = self._model(input_ids, labels, loss_mask, position_ids, doc)
         objective = ops.reshape(lm + aux + indexer + mtp, ())
-        return objective, ops.reshape(lm, ())
+        return objective, ops.reshape(lm, ()), tokens
 
 
 class EvalCell(nn.Cell):
-    """LM cross entropy of one batch, forward only (validation)."""
+    """(LM cross-entropy sum, valid tokens) of one batch over all ranks, forward only (validation)."""
 
-    def __init__(self, loss_cell: LossCell, rank_mean: Optional[RankMean] = None):
+    def __init__(self, loss_cell: LossCell, rank_sum: Optional[RankSum] = None):
         super().__init__(auto_prefix=False)
         self.loss_cell = loss_cell
-        self.rank_mean = rank_mean
+        self.rank_sum = rank_sum
 
-    def construct(self, input_ids, labels, loss_mask):
-        lm = self.loss_cell(input_ids, labels, loss_mask)[1]
-        if self.rank_mean is not None:
-            lm = self.rank_mean(lm)
-        return lm
+    def construct(self, input_ids, labels, loss_mask, position_ids, doc):
+        _, lm, tokens = self.loss_cell(input_ids, labels, loss_mask, position_ids, doc)
+        if self.rank_sum is not None:
+            lm, tokens = self.rank_sum(lm), self.rank_sum(tokens)
+        return lm, tokens
 
 
 class TrainStepCell(nn.Cell):
@@ -114,35 +140,43 @@ class TrainStepCell(nn.Cell):
         self.scaler = scaler
         self.last = last  # True: the update step; False: an accumulate-only step
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        # set by TrainStep when grad_accum > 1: gradient buffers and (LM sum, tokens), shared by both cells
         self.accum: Optional[Tuple[Parameter, ...]] = None
-        self.rank_mean = RankMean(data_parallel) if data_parallel > 1 else None
-        # The mean over the ranks of the gradients of the whole (accumulated) step: one all-reduce
-        # per step, on the update cell only.
+        self.accum_lm: Optional[Parameter] = None
+        self.accum_tokens: Optional[Parameter] = None
+        # The sum over the ranks of the gradients, loss sums and token counts of the whole
+        # (accumulated) step: one all-reduce per step, on the update cell only.
+        self.rank_sum = RankSum() if data_parallel > 1 and last else None
         self.reducer = (
-            nn.DistributedGradReducer(self.weights, mean=True, degree=data_parallel)
+            nn.DistributedGradReducer(self.weights, mean=False, degree=data_parallel)
             if data_parallel > 1 and last
             else None
         )
 
-    def _grads(self, input_ids, labels, loss_mask):
-        objective, lm = self.loss_cell(input_ids, labels, loss_mask)
+    def construct(self, input_ids, labels, loss_mask, position_ids, doc, lr):
+        objective, lm, tokens = self.loss_cell(input_ids, labels, loss_mask, position_ids, doc)
         scale = self.scaler.scale_value if self.scaler is not None else ops.ones((), ms.float32)
-        sens = (ops.ones_like(objective) * scale, ops.zeros_like(lm))
-        grads = self.grad(self.loss_cell, self.weights)(input_ids, labels, loss_mask, sens)
-        return lm, grads
-
-    def construct(self, input_ids, labels, loss_mask, lr):
-        lm, grads = self._grads(input_ids, labels, loss_mask)
-        if self.rank_mean is not None:
-            lm = self.rank_mean(lm)
+        sens = (ops.ones_like(objective) * scale, ops.zeros_like(lm), ops.zeros_like(tokens))
+        grads = self.grad(self.loss_cell, self.weights)(input_ids, labels, loss_mask, position_ids, doc, sens)
         if not self.last:
+            lm = ops.depend(lm, ops.assign_add(self.accum_lm, lm))
+            lm = ops.depend(lm, ops.assign_add(self.accum_tokens, tokens))
             return ops.depend(lm, _hyper_map(ops.assign_add, self.accum, grads))
         if self.grad_accum > 1:
-            grads = _hyper_map(ops.partial(_average, float(self.grad_accum)), self.accum, grads)
+            grads = _hyper_map(_add, self.accum, grads)
+            lm = lm + self.accum_lm
+            tokens = tokens + self.accum_tokens
             lm = ops.depend(lm, _hyper_map(_zero, self.accum))
+            lm = ops.depend(lm, _zero(self.accum_lm))
+            tokens = ops.depend(tokens, _zero(self.accum_tokens))
         if self.reducer is not None:
             # Before the finite check: a NaN on any rank makes every rank skip the same update.
             grads = self.reducer(grads)
+            lm, tokens = self.rank_sum(lm), self.rank_sum(tokens)
+        # a global batch without a valid token contributes nothing (0 / 1), not NaN
+        denom = ops.maximum(tokens, ops.ones((), ms.float32))
+        grads = _hyper_map(ops.partial(_div, denom), grads)
+        lm = lm / denom
         if self.scaler is not None:
             grads = self.scaler.unscale(grads)
             loss_scale = self.scaler.scale_value * 1.0
@@ -158,7 +192,7 @@ class TrainStepCell(nn.Cell):
         lm = ops.depend(lm, ops.assign(self.optimizer.learning_rate, lr))
         if finite:
             lm = ops.depend(lm, self.optimizer(grads))
-        return lm, norm, finite, loss_scale
+        return lm, norm, finite, loss_scale, tokens
 
 
 def train_step_args(cfg: Any) -> Dict[str, Any]:
@@ -166,7 +200,8 @@ def train_step_args(cfg: Any) -> Dict[str, Any]:
     t = cfg.train
     return dict(weight_decay=t.weight_decay, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
                 grad_accum=int(t.grad_accum), grad_clip=t.grad_clip,
-                loss_scaling=cfg.hardware.device != "cpu", z_loss=t.z_loss)
+                loss_scaling=cfg.hardware.device != "cpu", z_loss=t.z_loss,
+                attention=mindformers_config.document_attention(cfg))
 
 
 class TrainStep:
@@ -183,10 +218,15 @@ class TrainStep:
         grad_accum: int,
         grad_clip: float,
         loss_scaling: bool,
+        attention: str,
         z_loss: float = 0.0,
     ):
+        # attention: the model's document-attention mode (mindformers_config.document_attention of
+        # the config it was built from), no default: a model built with use_eod_reset fed no
+        # position_ids fails deep in graph compilation
         self.net = net
-        self.loss_cell = LossCell(net, z_loss)
+        self.attention = attention
+        self.loss_cell = LossCell(net, z_loss, attention=attention)
         params = net.trainable_params()
         # AdamW decays matrices only: norm gains (1-D) keep their scale (Megatron, OLMo).
         groups = [
@@ -218,28 +258,39 @@ class TrainStep:
                 Parameter(ops.zeros(p.shape, ms.float32), name=f"accum.{p.name}", requires_grad=False)
                 for p in self.optimizer.parameters
             )
-            self.update_cell.accum = accum
+            sums = [Parameter(ops.zeros((), ms.float32), name=f"accum.{n}", requires_grad=False)
+                    for n in ("lm_sum", "tokens")]
             self.accumulate_cell = cell(last=False)
-            self.accumulate_cell.accum = accum
-        self.eval_cell = EvalCell(self.loss_cell, RankMean(self.data_parallel) if self.data_parallel > 1 else None)
+            for c in (self.update_cell, self.accumulate_cell):
+                c.accum, (c.accum_lm, c.accum_tokens) = accum, sums
+        self.eval_cell = EvalCell(self.loss_cell, RankSum() if self.data_parallel > 1 else None)
 
     def step(self, micro_batches, lr: float) -> Dict[str, Any]:
-        """One optimizer step over `micro_batches` (a list of dicts of numpy arrays, len grad_accum)."""
-        lms = []
+        """One optimizer step over `micro_batches` (a list of dicts of numpy arrays, len grad_accum).
+        loss: the LM cross entropy of the step's whole global batch, token-weighted."""
         lr_t = Tensor(lr, ms.float32)
         for batch in micro_batches[:-1]:
-            lms.append(self.accumulate_cell(*_inputs(batch), lr_t))
-        lm, norm, finite, loss_scale = self.update_cell(*_inputs(micro_batches[-1]), lr_t)
-        lms.append(lm)
+            self.accumulate_cell(*self.inputs(batch), lr_t)
+        lm, norm, finite, loss_scale, tokens = self.update_cell(*self.inputs(micro_batches[-1]), lr_t)
         return {
-            "loss": float(np.mean([float(x.asnumpy()) for x in lms])),
+            "loss": float(lm.asnumpy()),
             "grad_norm": float(norm.asnumpy()),
             "finite": bool(finite.asnumpy()),
             "loss_scale": float(loss_scale.asnumpy()),
+            "tokens": float(tokens.asnumpy()),  # valid tokens of the global batch (NaN if poisoned)
         }
 
+    def evaluate_sums(self, batch) -> Tuple[float, float]:
+        """(LM cross-entropy sum, valid tokens) of a validation batch over all ranks."""
+        lm, tokens = self.eval_cell(*self.inputs(batch))
+        return float(lm.asnumpy()), float(tokens.asnumpy())
+
     def evaluate(self, batch) -> float:
-        return float(self.eval_cell(*_inputs(batch)).asnumpy())
+        lm, tokens = self.evaluate_sums(batch)
+        return lm / max(tokens, 1.0)
+
+    def inputs(self, batch) -> Tuple[Tensor, ...]:
+        return model_inputs(batch, self.attention)
 
     @property
     def applied_lr(self) -> float:
@@ -261,8 +312,27 @@ class TrainStep:
             self.scaler.counter.copy_(Tensor(int(state["counter"]), ms.int32))
 
 
-def _average(n, acc, grad):
-    return (acc + grad) / n
+def model_inputs(batch, attention: str) -> Tuple[Tensor, ...]:
+    """(input_ids, labels, loss_mask, position_ids, doc) Tensors of a loader batch: doc is the
+    attention_mask or actual_seq_len of the document-attention mode (a placeholder when "off", so
+    every cell has one signature)."""
+    arrays = model_arrays(batch, attention)
+    position_ids = arrays.get("position_ids")
+    if position_ids is None:
+        position_ids = np.zeros((1,), np.int32)
+    doc = arrays.get("attention_mask", arrays.get("actual_seq_len"))
+    if doc is None:
+        doc = np.zeros((1,), np.int32)
+    return (Tensor(arrays["input_ids"]), Tensor(arrays["labels"]), Tensor(arrays["loss_mask"]),
+            Tensor(position_ids), Tensor(doc))
+
+
+def _add(acc, grad):
+    return acc + grad
+
+
+def _div(denom, grad):
+    return grad / denom
 
 
 def _zero(acc):
@@ -275,11 +345,3 @@ def _square_sum(grad):
 
 def _mul(factor, grad):
     return grad * factor
-
-
-def _inputs(batch):
-    return (
-        Tensor(batch["input_ids"], ms.int32),
-        Tensor(batch["labels"], ms.int32),
-        Tensor(batch["loss_mask"], ms.float32),
-    )

@@ -144,7 +144,7 @@ class Trainer:
             "phase": plan.name,
             "phase_step": s.phase_step,
             "data_index": index,
-            "loss": out["loss"],
+            "loss": out["loss"],  # token-weighted over the whole global batch (step.py)
             "lr": applied,
             "grad_norm": out["grad_norm"],
             "loss_scale": out["loss_scale"],
@@ -156,10 +156,10 @@ class Trainer:
         }
 
     def evaluate(self, plan: PhasePlan) -> float:
-        """Mean LM loss over the phase's first eval_batches validation batches (the same ones every
-        time, so the curve compares like with like)."""
-        losses = [self.step.evaluate(plan.val_loader.batch(i)) for i in range(self.eval_batches)]
-        return sum(losses) / len(losses)
+        """LM loss over the phase's first eval_batches validation batches (the same ones every
+        time, so the curve compares like with like), token-weighted like the training loss."""
+        sums = [self.step.evaluate_sums(plan.val_loader.batch(i)) for i in range(self.eval_batches)]
+        return sum(lm for lm, _ in sums) / max(sum(n for _, n in sums), 1.0)
 
     # ------------------------------------------------------------------ a phase
     def run(self, plans: List[PhasePlan]) -> List[Dict[str, Any]]:
