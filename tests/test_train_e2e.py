@@ -102,6 +102,19 @@ def test_default_job_trains_three_phases_with_the_configured_schedule_and_fallin
     assert png[:4] == b"\x89PNG" and len(png) > 10_000
     assert "general" in proc.stdout and "anneal" in proc.stdout and "loss first" in proc.stdout
 
+    # an honest console: the compile said, a line per phase boundary and per save, no library noise
+    console = proc.stdout + proc.stderr
+    assert "general: compiling the training graph" in console
+    assert "phase general done: steps 1-34" in console and "run: 44 of 49 steps" in console
+    assert "saved step 34 in " in console and "step_00000034-phase-general-final" in console
+    assert "hyper_parallel" not in console and "[INFO]" not in console
+    assert "hyper_parallel" in (run / "mindformers_output" / "import.log").read_text()
+
+    # started again: nothing to train, said once; the finished run's summary stays
+    again = ok(pretrain(f"train.total_tokens={tokens}", "train.eval_every=10"))
+    assert "nothing to train" in again.stdout and "resumes" not in again.stdout and "trained" not in again.stdout
+    assert json.loads((run / "summary.json").read_text()) == summary
+
     # what MindFormers builds from the exported yaml is the model the trainer trained and saved
     _same_parameters_as_the_trained_checkpoint(run, cfg)
 

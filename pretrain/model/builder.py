@@ -25,15 +25,25 @@ def prepare_environment(run_dir: Optional[str] = None) -> None:
         os.environ.setdefault("LOCAL_DEFAULT_PATH", str(Path(run_dir).resolve() / "mindformers_output"))
 
 
-def quiet_mindformers_stdout() -> None:
-    # Building one model makes MindFormers log every converted config field (INFO) and tables of the
-    # Hugging Face keys its own model classes ignore (WARNING) on stdout; on the console only errors
-    # stay, the full log is in run_dir/mindformers_output/log/.
-    from mindformers.tools.logger import get_logger
+def import_mindformers_quietly() -> None:
+    """Import MindFormers with its console logging kept to errors. On import it warns about optional
+    packages it lacks (hyper_parallel) through a logger whose console handler it creates then, on the
+    sys.stdout of that moment, and building a model logs every converted config field (INFO) and
+    tables of ignored Hugging Face keys (WARNING). So the import writes into
+    run_dir/mindformers_output/import.log, and afterwards the console handler goes back to the real
+    stdout at ERROR; the full log stays in run_dir/mindformers_output/log/."""
+    import sys
 
-    for handler in get_logger().handlers:
-        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-            handler.setLevel(logging.ERROR)
+    console = sys.stdout
+    log_dir = Path(os.environ.get("LOCAL_DEFAULT_PATH", "./output"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "import.log", "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+        from mindformers.tools.logger import get_logger
+
+        for handler in get_logger().handlers:   # back on the console (before `log` closes), errors only
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                handler.setStream(console)
+                handler.setLevel(logging.ERROR)
 
 
 def init_runtime(cfg: DictConfig) -> None:
@@ -41,6 +51,7 @@ def init_runtime(cfg: DictConfig) -> None:
     use_legacy=False) and, on CPU, the replacements. For a layout of several devices (one rank of
     an msrun launch) it is MindFormers' parallel context from the exported blocks: it init()s the
     communication and sets MindSpore's auto-parallel context (DATA_PARALLEL, device_num = world)."""
+    import_mindformers_quietly()
     from mindformers.core.context.build_context import build_context
 
     blocks = mindformers_config.parallel_blocks(cfg)
@@ -54,7 +65,6 @@ def init_runtime(cfg: DictConfig) -> None:
             "parallel_config": blocks["parallel_config"] if parallel else {},
         }
     )
-    quiet_mindformers_stdout()
     if cfg.hardware.device == "cpu":
         from pretrain.model import cpu_compat
 

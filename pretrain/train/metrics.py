@@ -32,6 +32,8 @@ class MetricsWriter:
         self._file = None
         self._tb = None
         self._bar = None
+        self._pending: Optional[Tuple[str, int, int, str]] = None   # the phase whose bar starts at its 1st step
+        self._compiled = False   # has this process run a training step (so its graph is compiled)?
         if enabled:
             # MindSpore's generated protobuf modules need the pure-Python protobuf backend, which it
             # selects through this variable when it is imported first; tensorboardX imported first
@@ -73,22 +75,24 @@ class MetricsWriter:
         os.truncate(self.path, keep)  # the file is open for append: the next record goes at `keep`
         self._tb.file_writer.add_event(Event(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
 
-    # ---- progress bar (rank 0, stdout)
-    def start_phase(self, name: str, steps: int, done: int = 0) -> None:
-        if self.enabled:
-            from tqdm import tqdm
-
-            self._bar = tqdm(
-                total=steps,
-                initial=done,
-                desc=f"{name:>9}",
-                unit="step",
-                file=sys.stdout,
-                dynamic_ncols=True,
-                mininterval=1.0,
-            )
+    # ---- console (rank 0, stdout): a bar per phase, and one line per event worth a line
+    def start_phase(self, name: str, steps: int, done: int = 0, overall: str = "") -> None:
+        """The bar is made after the phase's first step: a first step that compiles the graph for a
+        minute would make its rate (and the ETA) meaningless."""
+        self._pending = (name, steps, done, overall)
+        if self.enabled and not self._compiled:
+            self.note(f"{overall}{name}: compiling the training graph (the first step takes a while) ...")
 
     def progress(self, record: Dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self._compiled = True
+        if self._bar is None and self._pending is not None:
+            from tqdm import tqdm
+
+            name, steps, done, overall = self._pending
+            self._bar = tqdm(total=steps, initial=done, desc=f"{overall}{name:>9}", unit="step",
+                             file=sys.stdout, dynamic_ncols=True, mininterval=1.0)
         if self._bar is not None:
             self._bar.set_postfix_str(
                 f"loss {record['loss']:.3f} lr {record['lr']:.2e} {record['tokens_per_s']:.0f} tok/s",
@@ -96,7 +100,17 @@ class MetricsWriter:
             )
             self._bar.update(1)
 
+    def note(self, line: str) -> None:
+        """One line on the console, above the bar if one is showing."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stdout)
+        else:
+            print(line, flush=True)
+
     def end_phase(self) -> None:
+        self._pending = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None

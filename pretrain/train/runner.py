@@ -105,7 +105,8 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     metrics = MetricsWriter(run_dir, enabled=logging_rank)
     trainer = build_trainer(cfg, pad, metrics, checkpoints, events)
     if start is not None:
-        resume(trainer, checkpoints, start, events, changes)
+        finished = {str(p.name) for p in plist} <= set(read_state(start.info).get("phases_done", []))
+        resume(trainer, checkpoints, start, events, changes, announce=not finished)
     else:  # a fresh start runs every step again: one record per step (a crash before the first save)
         metrics.rewind(0)
     schedules = curriculum(plist, steps, start=trainer.state.lr_start)
@@ -139,14 +140,15 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         if not trainer.stopped:
             events.log("finish", step=trainer.state.global_step, wall_s=round(summary["wall_s"], 2))
         events.close()
-        plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
-        write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
-        print(format_summary(summary), flush=True)
-        if trainer.stopped:
-            print(resume_hint(trainer, checkpoints), flush=True)
-        elif not results:
+        if not results and not trainer.stopped:   # the finished run's summary.json stays as it was
             print(f"nothing to train: every phase of this run is already done ({checkpoints.directory}); "
                   f"use another run_dir to train again", flush=True)
+        else:
+            plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
+            write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+            print(format_summary(summary), flush=True)
+        if trainer.stopped:
+            print(resume_hint(trainer, checkpoints), flush=True)
     summary["rank_evidence"] = rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
     return summary
 
@@ -180,9 +182,10 @@ def rank_evidence(trainer: Trainer, fed: ranks.RowLog, results: List[Dict[str, A
 
 def resume(
     trainer: Trainer, checkpoints: CheckpointManager, start: Start, events: Optional[EventLog],
-    changes: List[Tuple[str, Any, Any]] = (),
+    changes: List[Tuple[str, Any, Any]] = (), announce: bool = True,
 ) -> None:
-    """Load the start checkpoint on this rank; log and print where the run continues from."""
+    """Load the start checkpoint on this rank; log (and, when there is something left to train,
+    print) where the run continues from."""
     loading = time.perf_counter()
     branched = start.handoff and Path(start.info.path).parent.resolve() != checkpoints.directory.resolve()
     state = trainer.restore(checkpoints, start.info)
@@ -201,8 +204,9 @@ def resume(
         events.log("resume", step=state.global_step, phase=state.phase, phase_step=state.phase_step,
                    path=str(start.info.path), handoff=start.handoff, load_s=round(load_s, 3),
                    config_changed=[key for key, _, _ in changes])
-        print(f"{how} from {start.info.path} (global step {state.global_step}, loaded in {load_s:.1f} s)",
-              flush=True)
+        if announce:
+            print(f"{how} from {start.info.path} (global step {state.global_step}, loaded in {load_s:.1f} s)",
+                  flush=True)
         if changes:
             print("config changed since the checkpoint (allowed on resume, logged in events.jsonl): "
                   + ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changes), flush=True)

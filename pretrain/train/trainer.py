@@ -117,6 +117,7 @@ class Trainer:
         self.state = TrainState()
         self._last_save = time.monotonic()
         self._saved_at = 0  # global step of the newest checkpoint this process wrote or loaded
+        self._overall = ""  # "[k/n] ": which of the run's phases the console is showing
 
     # ------------------------------------------------------------------ one step
     def train_step(self, plan: PhasePlan) -> Dict[str, Any]:
@@ -166,15 +167,32 @@ class Trainer:
         """Train the plans' phases in order, skipping those a resumed state already finished;
         stops early (self.stopped) on SIGTERM/SIGINT."""
         results = []
-        for plan in plans:
+        total = sum(p.steps for p in plans)
+        for k, plan in enumerate(plans, 1):
             if plan.name in self.state.phases_done:
                 continue
             if self._stop_requested():  # arrived during the previous phase's final save
                 break
+            self._overall = f"[{k}/{len(plans)}] " if len(plans) > 1 else ""
             results.append(self.run_phase(plan))
             if self.stopped:
                 break
+            self.metrics.note(self._boundary_line(results[-1], plans[k:], total))
         return results
+
+    def _boundary_line(self, done: Dict[str, Any], rest: List[PhasePlan], total: int) -> str:
+        """One line at the end of a phase: how it went, where the whole run stands, what is next."""
+        val = f", val {done['val_loss_last']:.3f}" if done["val_loss_last"] is not None else ""
+        line = (f"phase {done['phase']} done: steps {done['first_step']}-{done['last_step']}, loss "
+                f"{done['loss_first']:.3f} -> {done['loss_last']:.3f}{val}, {done['wall_s']:.0f} s")
+        left = sum(p.steps for p in rest)
+        line += f"; run: {total - left} of {total} steps, {(total - left) * self.throughput.tokens_per_step:,} tokens"
+        ran = done["last_step"] - done["first_step"] + 1
+        if rest and ran > 0:
+            eta = left * done["wall_s"] / ran
+            line += (f"; next {rest[0].name} ({rest[0].steps} steps), about "
+                     + (f"{eta / 60:.0f} min" if eta >= 90 else f"{eta:.0f} s") + " left")
+        return line
 
     def run_phase(self, plan: PhasePlan) -> Dict[str, Any]:
         s = self.state
@@ -186,7 +204,7 @@ class Trainer:
         losses: Dict[int, float] = {}  # global step -> loss, of the steps this process ran
         val: Dict[int, float] = {}
         first_step = s.global_step + 1
-        self.metrics.start_phase(plan.name, plan.steps, done=s.phase_step)
+        self.metrics.start_phase(plan.name, plan.steps, done=s.phase_step, overall=self._overall)
         while s.phase_step < plan.steps:
             record = self.train_step(plan)
             self._beat()
@@ -336,7 +354,7 @@ class Trainer:
         self.spike.rewind(info.step)
         self.metrics.rewind(info.step)
         self.metrics.end_phase()
-        self.metrics.start_phase(plan.name, plan.steps, done=self.state.phase_step)
+        self.metrics.start_phase(plan.name, plan.steps, done=self.state.phase_step, overall=self._overall)
         self._event("rollback", step=spiked_at, to_step=info.step, path=str(info.path),
                     spike=[first, confirmed])
         self._event("skip", step=info.step, what="data", phase=plan.name, data=[lo, hi],
@@ -396,9 +414,11 @@ class Trainer:
     def save(self, tag: Optional[str] = None) -> None:
         if self.checkpoints is not None and self.saving:
             self._slow_ahead()
-            self.checkpoints.save(
+            writing = time.perf_counter()
+            path = self.checkpoints.save(
                 self.state.global_step, self.step.optimizer, self.checkpoint_state(), tag=tag
             )
+            self.metrics.note(f"saved step {self.state.global_step} in {time.perf_counter() - writing:.1f} s: {path}")
             self._beat()
         self._last_save = time.monotonic()
         self._saved_at = self.state.global_step
