@@ -24,17 +24,26 @@ def compose_many():
 
 
 @pytest.fixture
-def cli(tmp_path):
-    """Run `python -m pretrain ARGS` in tmp_path; returns the CompletedProcess."""
+def run_python(tmp_path):
+    """Run `python ARGS` (this interpreter) in tmp_path, with its own PRETRAIN_CACHE; returns the
+    CompletedProcess."""
     def run(*args, env=None, timeout=600, check=False):
         full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
         full_env["PRETRAIN_CACHE"] = str(tmp_path / "cache")
         full_env.update(env or {})   # a caller's PRETRAIN_CACHE (a shared cache) wins
-        proc = subprocess.run([sys.executable, "-m", "pretrain", *args], cwd=tmp_path, env=full_env,
+        proc = subprocess.run([sys.executable, *args], cwd=tmp_path, env=full_env,
                               capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
+    return run
+
+
+@pytest.fixture
+def cli(run_python):
+    """Run `python -m pretrain ARGS` in tmp_path; returns the CompletedProcess."""
+    def run(*args, **kw):
+        return run_python("-m", "pretrain", *args, **kw)
     return run
 
 
