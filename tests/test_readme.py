@@ -96,5 +96,6 @@ def test_readme_command_runs(command, tmp_path, run_python):
             assert importlib.util.find_spec(module) is not None, f"README names a missing module: {command}"
         pytest.skip(skip)
     proc = run_python(*argv)
-    assert proc.returncode == 0, (f"README command failed (exit {proc.returncode}), run as: "
-                                  f"python {shlex.join(argv)}\nstderr:\n{proc.stderr[-3000:]}\nstdout:\n{proc.stdout[-1500:]}")
+    ran = f"python {shlex.join(argv)}"
+    assert proc.returncode == 0, (f"README command failed (exit {proc.returncode}), run as: {ran}\n"
+                                  f"stderr:\n{proc.stderr[-3000:]}\nstdout:\n{proc.stdout[-1500:]}")
