@@ -10,9 +10,9 @@ from pretrain.train.metrics import MetricsWriter
 from pretrain.train.runner import architecture
 from pretrain.train.schedule import phase_lr
 
-SHRINK = [
+SHRINK = [  # one layer: every behaviour here is per step, not per layer, and each graph compiles faster
     "model.hidden_size=64",
-    "model.num_layers=2",
+    "model.num_layers=1",
     "model.num_heads=4",
     "model.num_kv_heads=2",
     "model.ffn_hidden_size=128",
@@ -100,7 +100,8 @@ def test_the_lr_input_drives_the_update_without_recompiling(runtime, cfg):
     assert any(not np.array_equal(before[k], v) for k, v in weights_of(step).items())
 
 
-@pytest.mark.parametrize("clip", [1e-3, 1e3])
+# 1e3 (no clipping) in the slow suite: each case compiles a graph (~3 s)
+@pytest.mark.parametrize("clip", [1e-3, pytest.param(1e3, marks=pytest.mark.slow)])
 def test_gradients_are_clipped_to_the_global_norm(clip, runtime, cfg):
     step = make_step(cfg, grad_clip=clip)
     out = step.step([RandomTokens(2).batch(0)], 1e-3)
@@ -127,6 +128,7 @@ def test_an_overflowing_step_is_skipped_and_the_loss_scale_backs_off(runtime, cf
     assert any(not np.array_equal(before[k], v) for k, v in weights_of(step).items())
 
 
+@pytest.mark.slow   # a graph compile of its own (~5 s); z-loss is off by default
 def test_z_loss_adds_z_times_mean_log_partition_squared_to_mindformers_cross_entropy(runtime, cfg):
     import mindspore as ms
 
@@ -144,6 +146,8 @@ def test_z_loss_adds_z_times_mean_log_partition_squared_to_mindformers_cross_ent
     assert float(objective.asnumpy()) - float(ce.asnumpy()) == pytest.approx(z * (log_z**2).mean(), rel=1e-4)
 
 
+@pytest.mark.slow   # three graph compiles (~6 s); the default suite keeps the bitwise round trip in
+# test_resilience_checkpoint.py
 def test_restoring_a_checkpoint_continues_exactly_and_refuses_another_architecture(
     runtime, cfg, compose_many, tmp_path
 ):
