@@ -6,9 +6,12 @@ into a folder that is put first on PYTHONPATH. The runtime dependencies are this
 a nested `venv --system-site-packages` would see the *base* interpreter's site-packages instead of
 the venv the tests run in, which on a fresh machine holds neither hatchling nor mindspore.
 """
+import ast
 import csv
+import importlib.metadata
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -52,3 +55,28 @@ def test_non_editable_install_composes_plans_and_sweeps(tmp_path):
     rows = list(csv.DictReader(open(work / "sweep" / "summary.csv")))
     assert [r["label"] for r in rows] == ["parallel=dp8tp4pp2", "parallel=dp8"], rows
     assert "hardware=ascend910b_8x8" in rows[1]["reason"]   # the shipped definition's hardware
+
+
+def _dist(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_test_extra_declares_what_the_tests_import():
+    """README's `pip install -e ".[test]"` on a fresh machine gives the tests every module they import
+    (not one that only happens to come along with another package)."""
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {_dist(re.match(r"[A-Za-z0-9._-]+", r).group()) for r in
+                [*project["dependencies"], *project["optional-dependencies"]["test"]]}
+    imported = set()
+    for path in (REPO / "tests").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    ours = {"pretrain", "tests", "hydra_plugins"}
+    third_party = sorted(imported - ours - set(sys.stdlib_module_names))
+    dists = importlib.metadata.packages_distributions()
+    missing = [(m, dists.get(m)) for m in third_party if not {_dist(d) for d in dists.get(m, [m])} & declared]
+    assert not missing, f"imported by tests/ but declared nowhere in pyproject.toml: {missing}"
