@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, options
 
 README = REPO / "README.md"
 # Hydra's own flags print and exit; they start nothing, so they run as written.
@@ -127,3 +127,18 @@ def test_the_command_runs(command, run_once):
     ran = f"python {shlex.join(argv)}"
     assert proc.returncode == 0, (f"README command failed (exit {proc.returncode}), run as: {ran}\n"
                                   f"stderr:\n{proc.stderr[-3000:]}\nstdout:\n{proc.stdout[-1500:]}")
+
+
+def test_the_group_lists_name_options_that_exist():
+    """README's **Groups** bullet: `group` (a, b, …). Every name is an option in conf/GROUP/; a list
+    without … names them all."""
+    usage = _sections(README.read_text())["Usage"]
+    bullet = next(b for b in usage.split("\n- ") if b.startswith("**Groups**"))
+    lists = re.findall(r"`(\w+)` +\(([^)]*)\)", " ".join(bullet.split()))
+    assert {g for g, _ in lists} >= {"model", "parallel", "phase", "hardware", "data"}, lists
+    for group, names in lists:
+        listed = [n.strip() for n in names.split(",")]
+        shown = [n for n in listed if n != "…"]
+        assert set(shown) <= set(options(group)), f"README lists {group} options that do not exist"
+        if "…" not in listed:
+            assert sorted(shown) == options(group), f"README's {group} list misses options (or add …)"
