@@ -142,3 +142,14 @@ def test_the_group_lists_name_options_that_exist():
         assert set(shown) <= set(options(group)), f"README lists {group} options that do not exist"
         if "…" not in listed:
             assert sorted(shown) == options(group), f"README's {group} list misses options (or add …)"
+
+
+def test_ci_runs_the_readme_test_commands():
+    """.ci/run is README's set-up for tests: the same install and both pytest runs (quietness aside)."""
+    ci = [shlex.split(line, comments=True) for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    ci = [[w for w in words if w != "-q"] for words in ci]
+    tests_set_up = re.compile(r"python -m (pytest\b|pip install .*\[test\])")
+    readme = [shlex.split(c) for c in commands() if tests_set_up.match(c)]
+    assert len(readme) >= 3, readme
+    for words in readme:
+        assert any(line[:len(words)] == words for line in ci), f".ci/run does not run {shlex.join(words)}"
