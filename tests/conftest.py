@@ -38,7 +38,7 @@ def cli(tmp_path):
     def run(*args, env=None, timeout=600, check=False):
         proc = subprocess.run([sys.executable, "-m", "pretrain", *args], cwd=tmp_path,
                               env=python_env(tmp_path / "cache", env), capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
@@ -56,7 +56,7 @@ def run_once(tmp_path_factory):
         if args not in done:
             cwd = tmp_path_factory.mktemp("run-once")
             done[args] = subprocess.run([sys.executable, *args], cwd=cwd, env=python_env(cwd / "cache"),
-                                        capture_output=True, text=True, timeout=timeout), cwd
+                                        capture_output=True, text=True, timeout=timeout, check=False), cwd
         return done[args]
     return run
 
