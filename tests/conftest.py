@@ -23,18 +23,41 @@ def compose_many():
         yield run
 
 
+def python_env(cache, extra=None):
+    """The environment a test's `python ...` subprocess runs in: its own PRETRAIN_CACHE (a caller's
+    wins: a shared cache), no HYDRA_FULL_ERROR (the one-line errors are what a user sees)."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PRETRAIN_CACHE"] = str(cache)
+    env.update(extra or {})
+    return env
+
+
 @pytest.fixture
 def cli(tmp_path):
     """Run `python -m pretrain ARGS` in tmp_path; returns the CompletedProcess."""
     def run(*args, env=None, timeout=600, check=False):
-        full_env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-        full_env["PRETRAIN_CACHE"] = str(tmp_path / "cache")
-        full_env.update(env or {})   # a caller's PRETRAIN_CACHE (a shared cache) wins
-        proc = subprocess.run([sys.executable, "-m", "pretrain", *args], cwd=tmp_path, env=full_env,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-m", "pretrain", *args], cwd=tmp_path,
+                              env=python_env(tmp_path / "cache", env), capture_output=True, text=True,
+                              timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
+    return run
+
+
+@pytest.fixture(scope="session")
+def run_once(tmp_path_factory):
+    """`python ARGS` run once per distinct ARGS in the session, each in a directory of its own;
+    returns (CompletedProcess, that directory). For commands whose output tests only read (a sweep's
+    summary): test_readme.py runs README's sweeps and test_cli.py checks their rows, in one run."""
+    done = {}
+
+    def run(*args, timeout=600):
+        if args not in done:
+            cwd = tmp_path_factory.mktemp("run-once")
+            done[args] = subprocess.run([sys.executable, *args], cwd=cwd, env=python_env(cwd / "cache"),
+                                        capture_output=True, text=True, timeout=timeout, check=False), cwd
+        return done[args]
     return run
 
 

@@ -98,11 +98,12 @@ def test_user_config_dir_adds_options_without_touching_the_package(cli, tmp_path
     assert "num_layers: 96" in searched.stdout
 
 
-def test_layout_sweep_writes_every_row_and_exits_0(cli, tmp_path):
-    sweep = tmp_path / "sweep"
-    proc = cli("-m", "model=llama3_70b", "hardware=ascend910b_8x8", "dry_run=true", "parallel=glob(*)",
-               f"hydra.sweep.dir={sweep}", timeout=300)
+def test_layout_sweep_writes_every_row_and_exits_0(run_once):
+    # README's sweep, run once for this test and test_readme.py
+    proc, cwd = run_once("-m", "pretrain", "-m", "model=llama3_70b", "hardware=ascend910b_8x8",
+                         "dry_run=true", "parallel=glob(*)", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (sweep,) = (p.parent for p in cwd.glob("multirun/*/summary.csv"))
     rows = list(csv.DictReader(open(sweep / "summary.csv")))
     layouts = sorted(p.stem for p in (REPO / "conf" / "parallel").glob("*.yaml"))
     assert len(rows) == len(layouts) >= 12
@@ -120,10 +121,11 @@ def test_layout_sweep_writes_every_row_and_exits_0(cli, tmp_path):
     assert (sweep / "summary.png").stat().st_size > 10_000
 
 
-def test_sweep_definition_from_sweeps_dir(cli, tmp_path):
-    sweep = tmp_path / "pangu"
-    proc = cli("--config-name", "pangu_ultra_135b_1024", f"hydra.sweep.dir={sweep}", timeout=300)
+def test_sweep_definition_from_sweeps_dir(run_once):
+    # README's sweep, run once for this test and test_readme.py
+    proc, cwd = run_once("-m", "pretrain", "--config-name", "pangu_ultra_135b_1024", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (sweep,) = (p.parent for p in cwd.glob("multirun/*/summary.csv"))
     rows = list(csv.DictReader(open(sweep / "summary.csv")))
     assert len(rows) == 24
     assert {r["status"] for r in rows if "vpp=2" in r["label"]} == {"invalid"}

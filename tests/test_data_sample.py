@@ -1,4 +1,5 @@
-"""The embedded data=sample corpus, prepared once for this module (~20-40 s on 2 cores)."""
+"""The embedded data=sample corpus, prepared once per session in the shared data cache (~20-40 s on
+2 cores, so slow: the end-to-end tests that train on it reuse it)."""
 import re
 
 import pytest
@@ -8,10 +9,12 @@ from pretrain.data import prepare, tokenizer_vocab_size
 from pretrain.data.docstore import DocStore
 from pretrain.data.loader import BatchLoader
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
-def cfg(tmp_path_factory):
-    return compose([f"data.cache_dir={tmp_path_factory.mktemp('cache')}"])
+def cfg(data_cache):
+    return compose([f"data.cache_dir={data_cache}"])
 
 
 @pytest.fixture(scope="module")

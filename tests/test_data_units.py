@@ -287,6 +287,7 @@ def test_generated_problems_have_correct_answers():
         _check_problem(p)
 
 
+@pytest.mark.slow   # generates the whole reasoning source twice (~4 s); test_data_sample.py builds on it
 def test_sample_sources_are_bounded_and_deterministic():
     first = [d.text for d in sample.documents("reasoning")]
     assert [d.text for d in sample.documents("reasoning")] == first

@@ -1,27 +1,83 @@
-"""A non-editable `pip install .` ships conf/ and sweeps/ inside the package and still composes."""
+"""A non-editable install of our wheel ships conf/ and sweeps/ inside the package and still composes.
+
+The wheel is built by this interpreter's hatchling (declared in the `test` extra, so it is there after
+README's `pip install -e ".[test]"`; no network: no build isolation) and installed with `--target`
+into a folder that is put first on PYTHONPATH. The runtime dependencies are this interpreter's own:
+a nested `venv --system-site-packages` would see the *base* interpreter's site-packages instead of
+the venv the tests run in, which on a fresh machine holds neither hatchling nor mindspore.
+"""
+import ast
+import csv
+import importlib.metadata
+import importlib.util
+import os
+import re
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import REPO
 
 
+def pip(*args, cwd):
+    proc = subprocess.run([sys.executable, "-m", "pip", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, f"pip {' '.join(args)}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+
+
 def test_non_editable_install_composes_plans_and_sweeps(tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    # --no-deps: the runtime deps come from the system site; this checks our own wheel's contents
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(REPO)],
-                   check=True, capture_output=True, timeout=300)
+    if importlib.util.find_spec("hatchling") is None:
+        pytest.fail('hatchling is missing: install the test extra, python -m pip install -e ".[test]"')
+    dist, site = tmp_path / "dist", tmp_path / "site"
+    pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(REPO), cwd=tmp_path)
+    (wheel,) = dist.glob("pretrain-*.whl")
+    pip("install", "-q", "--no-deps", "--no-compile", "--target", str(site), str(wheel), cwd=tmp_path)
+
     work = tmp_path / "elsewhere"
     work.mkdir()
-    where = subprocess.run([str(py), "-c", "import pretrain, os; print(os.path.dirname(pretrain.__file__))"],
-                           cwd=work, capture_output=True, text=True, check=True).stdout.strip()
-    assert where.startswith(str(venv)), where     # the installed copy, not the checkout
-    proc = subprocess.run([str(py), "-m", "pretrain", "dry_run=true"], cwd=work, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(site)}   # ahead of the editable checkout (a .pth entry)
+    env.pop("HYDRA_FULL_ERROR", None)
+
+    def run(*argv):
+        return subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300,
+                              check=False)
+
+    where = run(sys.executable, "-c", "import pretrain, os; print(os.path.dirname(pretrain.__file__))")
+    assert where.stdout.strip() == str(site / "pretrain"), where.stdout + where.stderr  # the wheel's copy
+    proc = run(sys.executable, "-m", "pretrain", "dry_run=true")
     assert proc.returncode == 0, proc.stderr
     assert "plan  tiny | single | cpu" in proc.stdout
     assert (work / "runs" / "tiny-single-cpu" / "config.yaml").is_file()
-    sweep = subprocess.run([str(venv / "bin" / "pretrain"), "--config-name", "llama3_70b_64",
-                            f"hydra.sweep.dir={work / 'sweep'}"], cwd=work, capture_output=True, text=True)
+    # the sweep shipped in the wheel, through the installed console script, cut to 2 of its jobs
+    sweep = run(str(site / "bin" / "pretrain"), "--config-name", "llama3_70b_64",
+                f"hydra.sweep.dir={work / 'sweep'}", "parallel=dp8tp4pp2,dp8")
     assert sweep.returncode == 0, sweep.stderr[-2000:]
-    assert (work / "sweep" / "summary.csv").is_file()
+    rows = list(csv.DictReader((work / "sweep" / "summary.csv").read_text().splitlines()))
+    assert [r["label"] for r in rows] == ["parallel=dp8tp4pp2", "parallel=dp8"], rows
+    assert "hardware=ascend910b_8x8" in rows[1]["reason"]   # the shipped definition's hardware
+
+
+def _dist(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_test_extra_declares_what_the_tests_import():
+    """README's `pip install -e ".[test]"` on a fresh machine gives the tests every module they import
+    (not one that only happens to come along with another package)."""
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {_dist(re.match(r"[A-Za-z0-9._-]+", r).group()) for r in
+                [*project["dependencies"], *project["optional-dependencies"]["test"]]}
+    imported = set()
+    for path in (REPO / "tests").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    ours = {"pretrain", "tests", "hydra_plugins"}
+    third_party = sorted(imported - ours - set(sys.stdlib_module_names))
+    dists = importlib.metadata.packages_distributions()
+    missing = [(m, dists.get(m)) for m in third_party if not {_dist(d) for d in dists.get(m, [m])} & declared]
+    assert not missing, f"imported by tests/ but declared nowhere in pyproject.toml: {missing}"

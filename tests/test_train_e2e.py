@@ -18,9 +18,9 @@ RUN = Path("runs") / "tiny-single-cpu"
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One prepared sample corpus for the module (preparing it takes ~30-60 s)."""
-    return tmp_path_factory.mktemp("cache")
+def cache(data_cache):
+    """The session's prepared sample corpus (preparing it takes ~30-60 s, once)."""
+    return data_cache
 
 
 @pytest.fixture

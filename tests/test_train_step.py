@@ -11,9 +11,9 @@ from pretrain.train.metrics import MetricsWriter
 from pretrain.train.runner import architecture
 from pretrain.train.schedule import phase_lr
 
-SHRINK = [
+SHRINK = [  # one layer: every behaviour here is per step, not per layer, and each graph compiles faster
     "model.hidden_size=64",
-    "model.num_layers=2",
+    "model.num_layers=1",
     "model.num_heads=4",
     "model.num_kv_heads=2",
     "model.ffn_hidden_size=128",
@@ -140,6 +140,8 @@ def test_the_lr_input_drives_the_update_without_recompiling(runtime, cfg):
     assert any(not np.array_equal(before[k], v) for k, v in weights_of(step).items())
 
 
+# slow: each case compiles a graph (~3 s); the default suite keeps accumulation, the LR feed and overflow
+@pytest.mark.slow
 @pytest.mark.parametrize("clip", [1e-3, 1e3])
 def test_gradients_are_clipped_to_the_global_norm(clip, runtime, cfg):
     step = make_step(cfg, grad_clip=clip)
@@ -167,6 +169,7 @@ def test_an_overflowing_step_is_skipped_and_the_loss_scale_backs_off(runtime, cf
     assert any(not np.array_equal(before[k], v) for k, v in weights_of(step).items())
 
 
+@pytest.mark.slow   # a graph compile of its own (~5 s); z-loss is off by default
 def test_z_loss_adds_z_times_sum_log_partition_squared_to_mindformers_cross_entropy(runtime, cfg):
     from pretrain.train.step import LossCell, model_inputs
 
@@ -186,6 +189,8 @@ def test_z_loss_adds_z_times_sum_log_partition_squared_to_mindformers_cross_entr
         z * (log_z**2 * mask).sum(), rel=1e-4)
 
 
+@pytest.mark.slow   # three graph compiles (~6 s); the default suite keeps the bitwise round trip in
+# test_resilience_checkpoint.py
 def test_restoring_a_checkpoint_continues_exactly_and_refuses_another_architecture(
     runtime, cfg, compose_many, tmp_path
 ):
