@@ -85,3 +85,14 @@ def mindformers(mindformers_scratch):
     build_context({"use_legacy": False, "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"},
                    "parallel": {}, "parallel_config": {}})
     return mindformers_scratch
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_written_outside_tmp_dirs():
+    """Tests write only into their tmp dirs: a run dir, a data cache or MindFormers' default
+    ./output/log appearing in the checkout fails the session (it did, from in-process imports)."""
+    before = {p.name for p in REPO.iterdir()}
+    yield
+    ignored = {".pytest_cache", ".ruff_cache", "__pycache__"}
+    new = sorted({p.name for p in REPO.iterdir()} - before - ignored)
+    assert not new, f"the test session wrote {new} into {REPO}: write into tmp_path instead"
