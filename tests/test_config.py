@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from pretrain.config import validate
 from pretrain.config.errors import PretrainConfigError
 from tests.conftest import options
+from tests.test_rulebook import accepted_by_training
 
 GROUPS = ["model", "parallel", "phase", "hardware", "data"]
 
@@ -25,24 +26,35 @@ def test_every_option_composes_with_the_defaults(compose_many, group, option):
         assert "\n" not in line and len(line) < 400
 
 
-def test_every_model_parallel_hardware_combination_validates_or_explains(compose_many):
-    """546 combinations: each is valid and plannable, or every problem is one clear line."""
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[] if m == "tiny" else [pytest.mark.slow])
+                                   for m in options("model")])
+def test_every_parallel_hardware_combination_validates_or_explains(compose_many, model):
+    """Every layout on every hardware, per model (tiny in the default suite, the other models in the
+    slow one): valid and plannable, or every problem one clear line; and every one a dry run calls
+    "ok" passes the training path's own steps."""
     from pretrain.plan.planner import plan
 
-    base = compose_many(["dry_run=true"])
-    nodes = {g: {o: compose_many([f"{g}={o}"])[g] for o in options(g)} for g in ("model", "parallel", "hardware")}
-    valid = 0
-    for m, p, h in itertools.product(nodes["model"], nodes["parallel"], nodes["hardware"]):
+    base = compose_many(["dry_run=true", f"model={model}"])
+    nodes = {g: {o: compose_many([f"{g}={o}"])[g] for o in options(g)} for g in ("parallel", "hardware")}
+    valid = ok = 0
+    for p, h in itertools.product(nodes["parallel"], nodes["hardware"]):
         cfg = base.copy()
-        cfg.model, cfg.parallel, cfg.hardware = nodes["model"][m], nodes["parallel"][p], nodes["hardware"][h]
+        cfg.parallel, cfg.hardware = nodes["parallel"][p], nodes["hardware"][h]
         found = validate.problems(cfg)
         for line in found:
             assert "\n" not in line, line
             assert any(k in line for k in ("model.", "parallel", "train.", "hardware", "phase", "data.")), line
         if not found:
             valid += 1
-            assert plan(cfg).params_total > 0
-    assert valid >= 30   # the layouts in conf/ are meant to be usable, not just rejected
+            planned = plan(cfg)
+            assert planned.params_total > 0
+            # what a dry run or sweep row calls "ok", training accepts (a plan that does not fit is
+            # never ok: its verdict's search for fitting layouts is skipped here)
+            if planned.fits and validate.verdict(cfg, planned)[0] == "ok":
+                accepted_by_training(cfg)
+                ok += 1
+    assert valid >= 3   # the layouts in conf/ are meant to be usable, not just rejected
+    assert ok >= (2 if model == "tiny" else 0)   # tiny on the CPU options at least
 
 
 def test_layout_message_names_every_factor(compose_many):

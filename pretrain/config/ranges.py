@@ -8,12 +8,11 @@ resolvers and are judged by the rule that explains them (e.g. the batch rule for
 """
 import dataclasses
 import math
-import re
 import typing
 from dataclasses import field
 from typing import Any, Iterator, Tuple
 
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 RANGE = "range"
 DERIVED = "derived"
@@ -52,8 +51,8 @@ def problems_of(node: Any, schema: type, key: str) -> Iterator[str]:
     for f in dataclasses.fields(schema):
         kind = _unwrap(hints[f.name])
         nested = dataclasses.is_dataclass(kind) or typing.get_origin(kind) is dict
-        if f.name not in node or not (RANGE in f.metadata or nested) or _alias(node, f.name):
-            continue   # read only what is checked: reading a derived value resolves its interpolation
+        if f.name not in node or not (RANGE in f.metadata or nested) or _derived(node, f.name):
+            continue
         value = node[f.name]
         where = f"{key}.{f.name}"
         if RANGE in f.metadata:
@@ -68,10 +67,10 @@ def problems_of(node: Any, schema: type, key: str) -> Iterator[str]:
                     yield from problems_of(item, inner, f"{where}.{name}")
 
 
-def _alias(node: Any, name: str) -> bool:
-    """`key: ${other.key}`: the value is checked (and reported) where it is set."""
-    raw = node._get_node(name)._value() if isinstance(node, DictConfig) else None
-    return isinstance(raw, str) and re.fullmatch(r"\$\{[\w.]+\}", raw) is not None
+def _derived(node: Any, name: str) -> bool:
+    """`key: ${...}`: a value computed from other keys is judged where those are set (and by the
+    cross-field rules), once; reading it would also pay for resolving the interpolation."""
+    return isinstance(node, DictConfig) and OmegaConf.is_interpolation(node, name)
 
 
 def numeric_fields(schema: type, prefix: str = "") -> Iterator[Tuple[str, dataclasses.Field, type]]:

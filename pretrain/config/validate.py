@@ -16,7 +16,7 @@ data preparation) relies on these checks instead of repeating them.
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config import known_keys, ranges
 from pretrain.config.errors import PretrainConfigError, PretrainDataError
@@ -63,7 +63,14 @@ def problems(cfg: DictConfig) -> List[str]:
     first = known_keys.unknown(cfg) or list(ranges.problems(cfg))
     if first:
         return first
+    cfg = resolved(cfg)
     return [*_layout(cfg), *_model(cfg), *_batch(cfg), *_phases(cfg), *_data(cfg), *_run(cfg)]
+
+
+def resolved(cfg: DictConfig) -> DictConfig:
+    """A plain copy with every interpolation resolved once: the rules read derived values (end LRs,
+    grad_accum, phase budgets) many times, and OmegaConf parses an interpolation on every read."""
+    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
 
 
 def layout_problems(cfg: DictConfig) -> List[str]:
