@@ -44,7 +44,10 @@ def is_curriculum(node: Any) -> bool:
 
 
 def unknown(cfg: DictConfig) -> List[str]:
-    """One line per key of `cfg` that no schema field declares."""
+    """One line per key of `cfg` that no schema field declares. An untyped config (a rank's frozen
+    config.yaml, loaded without the schema) has nothing to judge by: it was checked when composed."""
+    if _fields(cfg) is None:
+        return []
     found = list(_undeclared(cfg, ""))
     if not found:
         return []
