@@ -122,8 +122,8 @@ def _cache_problem(files: List[Path], rows: int, capacity: int, tokens: Optional
 
 
 class _RankView:
-    """The rows of one dataset and split, in shard order (every rank draws from all of them: the
-    module doc says which of them a rank trains)."""
+    """The rows of one dataset and split, in the order they were packed (every rank draws from all
+    of them: the module doc says which of them a rank trains)."""
 
     def __init__(self, prepared: Prepared, split: str) -> None:
         info = prepared.manifest[split]["shards"]
@@ -131,8 +131,12 @@ class _RankView:
         paths = prepared.train_shards if split == "train" else prepared.val_shards
         self.shards = [ShardRows(paths[s], info[s]["sha256"], info[s]["rows"], capacity,
                                  info[s].get("tokens")) for s in range(len(info))]
-        self.shard_of = np.concatenate([np.full(len(sh.ids), k, np.int64) for k, sh in enumerate(self.shards)])
-        self.row_of = np.concatenate([np.arange(len(sh.ids), dtype=np.int64) for sh in self.shards])
+        shard_of = np.concatenate([np.full(len(sh.ids), k, np.int64) for k, sh in enumerate(self.shards)])
+        row_of = np.concatenate([np.arange(len(sh.ids), dtype=np.int64) for sh in self.shards])
+        # in packing order: shards.ShardWriter deals packed row i to shard i % num_shards, so rows have the
+        # same indices however many shards the dataset was written to (data.num_shards follows dp)
+        order = np.argsort(row_of * len(self.shards) + shard_of, kind="stable")
+        self.shard_of, self.row_of = shard_of[order], row_of[order]
         self.tokens = np.concatenate([sh.row_tokens for sh in self.shards])[self._flat_index()]
 
     def _flat_index(self) -> np.ndarray:

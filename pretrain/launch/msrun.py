@@ -6,12 +6,15 @@ scheduler's heartbeat timeout (~40 s) before it exits, and on Ctrl-C it SIGKILLs
 `run_local` watches the ranks itself through the files pretrain.worker leaves in RUN_DIR/logs/
 (rank_<r>.pid when a rank starts, rank_<r>.exit when it ends): a non-zero exit or a rank whose
 process vanished without one (kill -9, OOM killer) fails the launch within about a second, with
-that rank's last log lines; the other ranks and msrun are then killed. Ctrl-C or SIGTERM to the
+that rank's last log lines; the other ranks and msrun are then killed, and the job starts again
+from its newest verified checkpoint within resilience.max_restarts / restart_window, shrinking
+its data-parallel size with resilience.elastic (pretrain.launch.supervise). Ctrl-C or SIGTERM to the
 launcher goes on to the ranks as SIGTERM, so they checkpoint at the next step boundary (all at
 the same step: pretrain.train.ranks.AgreedStop) and exit 0, and the launch ends normally.
 """
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -23,18 +26,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.validate import num_devices
+from pretrain.io import write_atomic
+from pretrain.launch import supervise
+from pretrain.launch.supervise import Failure
+from pretrain.resilience.events import EventLog
 
 CLUSTER_TIME_OUT_S = 600
 LAST_LINES = 12
-POLL_S = 0.2
+POLL_S = 0.1
 EXIT_GRACE_S = 60.0      # after every rank reported success, msrun and its scheduler get this long
 # Lines of a worker log that are noise, not the error: MindSpore/MindFormers warnings, progress bars.
 _NOISE = ("[WARNING]", "[INFO]", " - WARNING - ", " - INFO - ", "%|")
+_MSRUN_FAILED = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
 _REPORT_STARTS = ("Traceback (most recent call last)", "error:", "watchdog:", "Fatal Python error")
 
 
@@ -51,46 +59,174 @@ def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0) -> List[str]:
 
 def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
     """Run every rank on this host under msrun (in this directory, so the frozen config's relative
-    paths mean what they meant here); fail fast with the first failing rank's last lines."""
+    paths mean what they meant here) and keep the job going through failures: a failed rank stops
+    the launch at once and, within the restart budget, the job starts again from the newest
+    verified checkpoint; past the budget, with resilience.elastic, without the rank that keeps
+    failing (pretrain.launch.supervise). Every restart and shrink is an event in events.jsonl."""
     run_dir = run_dir.resolve()
+    res = cfg.resilience
+    budget = supervise.RestartBudget(int(res.max_restarts), float(res.restart_window))
+    devices = list(range(num_devices(cfg.hardware)))   # this host's devices the job runs on
+    started = time.time()
+    ranks = RankWatch(run_dir / "logs", len(devices))
+    with _forward_stop_signals(ranks) as stopping:
+        while True:
+            cfg = _free_port(cfg, run_dir)
+            ranks.world = num_devices(cfg.hardware)
+            failure = _launch_once(cfg, run_dir, ranks, devices)
+            if failure is None:
+                return {"wall_s": time.time() - started}
+            failed_at = time.time()
+            if stopping or not failure.retryable or not (budget.allows() or res.elastic):
+                raise _gave_up(failure, budget, res, stopping)
+            last, resume_at = supervise.steps_lost(run_dir)
+            lost = {"last_step": last, "resume_step": resume_at,
+                    "steps_lost": None if last is None else last - (resume_at or 0)}
+            if budget.allows():
+                n = budget.spend(failure.rank)
+                _event(run_dir, "restart", cause=failure.message, rank=failure.rank, exit=failure.exit,
+                       restart=n, max_restarts=int(res.max_restarts), failed_at=failed_at, **lost)
+                print(f"restart {n}/{res.max_restarts} (within {res.restart_window:g} s): "
+                      f"{failure.message.split('; ')[0]}; resuming from step {resume_at or 0} "
+                      f"({lost['steps_lost']} steps lost)", flush=True)
+                continue
+            left_out = budget.worst_rank(failure.rank)
+            dp = supervise.shrunk_dp(cfg, len(devices) - 1)
+            if dp is None:
+                raise _gave_up(failure, budget, res, stopping, shrink=False)
+            old_dp = int(cfg.parallel.dp)
+            device = devices.pop(left_out)
+            cfg = supervise.with_dp(cfg, dp)
+            devices = devices[:num_devices(cfg.hardware)]
+            _refreeze(cfg, run_dir)
+            budget.reset()
+            _event(run_dir, "shrink", cause=failure.message, rank=left_out, device=device, exit=failure.exit,
+                   dp_from=old_dp, dp_to=dp, grad_accum=int(cfg.train.grad_accum), devices=devices,
+                   failed_at=failed_at, **lost)
+            print(f"elastic: rank {left_out} (device {device}) kept failing ({budget.max_restarts} restarts "
+                  f"within {res.restart_window:g} s); going on with data parallel {old_dp} -> {dp} on "
+                  f"devices {devices}, grad_accum {cfg.train.grad_accum}, from step {resume_at or 0} "
+                  f"({lost['steps_lost']} steps lost)", flush=True)
+
+
+def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: List[int]) -> Optional[Failure]:
+    """One start of the job's ranks, watched until every rank exited 0 (None) or one failed (all
+    of them are stopped then)."""
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid")]:
         stale.unlink()
-    check_port_free(cfg.hardware)
     env = dict(os.environ)
     # msrun starts `python` from PATH: make it this interpreter.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    cmd = command(cfg, run_dir)
-    print("launch:", shlex.join(cmd), flush=True)
-    started = time.time()
-    # msrun inherits the run dir's lock (pretrain.rundir), so it stays held while msrun and its
-    # ranks live, even when this launcher is killed.
+    if cfg.hardware.device == "ascend":   # after a shrink, the devices the job still trusts
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+    if ranks.world == 1:   # one device left after a shrink: no cluster to rendezvous, no msrun
+        cmd = [sys.executable, "-m", "pretrain.worker", str(run_dir)]
+        env = {k: v for k, v in env.items() if k not in ("RANK_ID", "RANK_SIZE", "MS_ROLE")}
+        out = open(logs / "worker_0.log", "ab")
+    else:
+        cmd, out = command(cfg, run_dir), None
+    print("launch:", shlex.join(cmd) + (f" (log: {logs / 'worker_0.log'})" if out else ""), flush=True)
+    # msrun (or the one worker) inherits the run dir's lock (pretrain.rundir), so it stays held
+    # while the ranks live, even when this launcher is killed.
     lock = rundir.held_fd(run_dir)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, pass_fds=() if lock is None else (lock,))
-    ranks = RankWatch(logs, num_devices(cfg.hardware))
     try:
-        with _forward_stop_signals(ranks):
-            failure = ranks.wait(proc)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out or subprocess.PIPE,
+                                stderr=out or subprocess.STDOUT, pass_fds=() if lock is None else (lock,))
+    finally:
+        if out is not None:
+            out.close()
+    echo = None if out else _echo(proc, ranks)
+    try:
+        failure = ranks.wait(proc)
     except BaseException:
         _kill(proc, ranks)   # never leave ranks running behind an error in this process
         raise
     if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
         _kill(proc, ranks)
-    if failure is not None:
-        raise PretrainRunError(failure)
-    return {"wall_s": time.time() - started}
+    if echo is not None:
+        echo.join(timeout=5)
+    return failure
+
+
+def _echo(proc: subprocess.Popen, ranks: "RankWatch") -> threading.Thread:
+    """msrun's output to this console as it comes (rank 0's progress bar, carriage returns and all),
+    noting the worker msrun saw fail first: it SIGKILLs the other workers within a second, so when
+    several ranks are found gone at once, that one is the rank to blame (RankWatch.wait)."""
+    def pump() -> None:
+        tail = b""
+        while True:
+            chunk = os.read(proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                break
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+            tail = (tail + chunk)[-4096:]
+            for m in _MSRUN_FAILED.finditer(tail.decode(errors="replace")):
+                ranks.note_failed_pid(int(m.group(1)), int(m.group(2)))
+        proc.stdout.close()
+
+    thread = threading.Thread(target=pump, name="msrun-output", daemon=True)
+    thread.start()
+    return thread
+
+
+def _gave_up(failure: Failure, budget: "supervise.RestartBudget", res: DictConfig, stopping: List[int],
+             shrink: bool = True) -> PretrainRunError:
+    if stopping or not failure.retryable:
+        return PretrainRunError(failure.message)
+    why = (f"resilience.max_restarts={budget.max_restarts} restarts within resilience.restart_window="
+           f"{res.restart_window:g} s are spent" if budget.max_restarts else
+           "resilience.max_restarts=0 (no automatic restart)")
+    if res.elastic and not shrink:
+        why += " and no smaller data-parallel size is left (hardware.min_devices, the global batch)"
+    return supervise.RestartsExhausted(f"{failure.message.split('; the run resumes')[0]}; {why}: the run "
+                                       f"resumes from its last checkpoint when relaunched with the same "
+                                       f"command (exit {supervise.GAVE_UP_EXIT}).")
+
+
+def _event(run_dir: Path, kind: str, **fields: Any) -> None:
+    with EventLog(run_dir / "events.jsonl") as events:
+        events.log(kind, **fields)
+
+
+def _refreeze(cfg: DictConfig, run_dir: Path) -> None:
+    """The frozen config the ranks read, as the launcher now runs it (a new port, a shrunk layout)."""
+    write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+
+def _free_port(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """A single-host job whose master_port is busy takes a free one (in the frozen config too);
+    several nodes keep the explicit one, which every node must agree on."""
+    if int(cfg.hardware.num_nodes) > 1 or num_devices(cfg.hardware) == 1:
+        return cfg
+    try:
+        check_port_free(cfg.hardware)
+        return cfg
+    except PretrainRunError:
+        pass
+    with socket.socket() as s:
+        s.bind((str(cfg.hardware.master_addr), 0))
+        port = s.getsockname()[1]
+    print(f"hardware.master_port={cfg.hardware.master_port} is in use: this single-host job takes the free "
+          f"port {port}", flush=True)
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    cfg.hardware.master_port = port
+    _refreeze(cfg, run_dir)
+    return cfg
 
 
 @contextmanager
-def _forward_stop_signals(ranks: "RankWatch") -> Iterator[None]:
+def _forward_stop_signals(ranks: "RankWatch") -> Iterator[List[int]]:
     """SIGINT / SIGTERM to the launcher (Ctrl-C, a scheduler's preemption notice) go on to the
     ranks, which checkpoint at the next step boundary, all at the same step, and exit 0; the wait
-    goes on. A second one kills them. (msrun, in its own session, never sees the first.)"""
+    goes on (and no failure after it is restarted: the yielded list holds the signals received).
+    A second one kills them. (msrun, in its own session, never sees the first.)"""
+    received: List[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
-    received = []
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
@@ -98,12 +234,11 @@ def _forward_stop_signals(ranks: "RankWatch") -> Iterator[None]:
             raise KeyboardInterrupt
         print(f"{signal.Signals(signum).name}: the ranks checkpoint at the next step and stop "
               f"(send it again to kill them)", flush=True)
-        # as SIGTERM: MindSpore's runtime in a rank may take SIGINT for itself
-        ranks.signal(signal.SIGTERM)
+        ranks.request_stop()
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield received
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -126,6 +261,24 @@ class RankWatch:
 
     def __init__(self, logs: Path, world: int):
         self.logs, self.world = logs, world
+        self.stopping = False
+        self._told: set = set()   # pids already sent the stop
+        self.msrun_failed: Dict[int, int] = {}   # pid -> exit code, as msrun reported them, first first
+
+    def note_failed_pid(self, pid: int, code: int) -> None:
+        self.msrun_failed.setdefault(pid, code)
+
+    def request_stop(self) -> None:
+        """SIGTERM to every rank now, and to any that starts later in this launch (wait() passes it
+        on): as SIGTERM, since MindSpore's runtime in a rank may take SIGINT for itself."""
+        self.stopping = True
+        self._tell()
+
+    def _tell(self) -> None:
+        for pid in self.pids().values():
+            if pid not in self._told:
+                self._told.add(pid)
+                self.signal_pid(pid, signal.SIGTERM)
 
     def exits(self) -> Dict[int, dict]:
         out = {}
@@ -137,25 +290,28 @@ class RankWatch:
     def pids(self) -> Dict[int, int]:
         return {int(p.stem.split("_")[1]): int(p.read_text()) for p in self.logs.glob("rank_*.pid")}
 
-    def wait(self, proc: subprocess.Popen) -> Optional[str]:
+    def wait(self, proc: subprocess.Popen) -> Optional[Failure]:
         """None once every rank exited 0 (and msrun with them); else why the launch failed."""
         done_at = None
         while True:
+            if self.stopping:   # a rank that started after the stop request
+                self._tell()
             exits, pids = self.exits(), self.pids()
             failed = sorted(r for r, e in exits.items() if e["exit"] != 0)
             if failed:
                 e = exits[failed[0]]
-                return self.message(failed[0], f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else ""))
+                return Failure(failed[0], int(e["exit"]), self.message(
+                    failed[0], f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else "")))
             vanished = sorted(r for r, pid in pids.items() if r not in exits and not _alive(pid))
             if vanished:
-                return self.message(vanished[0], "ended without an exit status (killed by a signal or the OOM "
-                                                 "killer, or exited below Python, e.g. by its watchdog)")
+                return self._vanished(vanished, pids)
             if proc.poll() is not None:
                 if len(exits) == self.world:
                     return None
                 missing = sorted(set(range(self.world)) - set(exits))
-                return self.message(missing[0], f"never reported an exit status; msrun exited with code "
-                                                f"{proc.returncode} (see {self.logs / 'scheduler.log'})")
+                return Failure(missing[0], None, self.message(
+                    missing[0], f"never reported an exit status; msrun exited with code {proc.returncode} "
+                                f"(see {self.logs / 'scheduler.log'})"))
             if len(exits) == self.world:   # all ranks done: msrun only waits for its scheduler now
                 done_at = done_at or time.time()
                 if time.time() - done_at > EXIT_GRACE_S:
@@ -163,12 +319,29 @@ class RankWatch:
                     return None
             time.sleep(POLL_S)
 
-    def signal(self, signum: int) -> None:
-        for pid in self.pids().values():
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
+    def _vanished(self, vanished: List[int], pids: Dict[int, int]) -> Failure:
+        """The first of the ranks gone without a status. Several at once: msrun may have killed
+        the others after the first died, so the one it reported first (its output, _echo), when
+        it did within a moment."""
+        deadline = time.time() + (2.0 if len(vanished) > 1 else 0.0)
+        while True:
+            first = [r for pid in self.msrun_failed for r in vanished if pids[r] == pid]
+            if first or time.time() >= deadline:
+                break
+            time.sleep(0.05)
+        rank = first[0] if first else vanished[0]
+        code = self.msrun_failed.get(pids[rank])
+        how = "killed by a signal or the OOM killer, or exited below Python"
+        if code is not None and code < 0 and -code in signal.valid_signals():
+            how = f"killed by {signal.Signals(-code).name}"
+        return Failure(rank, None, self.message(rank, f"ended without an exit status ({how})"))
+
+    @staticmethod
+    def signal_pid(pid: int, signum: int) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
     def kill(self, wait_s: float = 10.0) -> None:
         """SIGKILL every rank's process group (msrun setsid()s each worker) and wait until they are
