@@ -128,7 +128,8 @@ class Victim:
                 rewound = True
             if rewound and resume + 1 in steps:
                 kill.update(first_step_s=round(time.time() - kill["at"], 2), resume=resume,
-                            lost=kill["last"] - resume)
+                            lost=kill["last"] - resume,
+                            detected_s=round(done[0]["failed_at"] - kill["at"], 2))
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +171,8 @@ def test_a_rank_killed_once_is_restarted_by_the_launcher_and_the_run_ends_as_if_
     victim.watch(proc)
     out = cli.finish(proc)
     (kill,) = victim.kills
-    print(f"\nrestart: rank 1 killed at step {kill['last']}: first step after the restart "
-          f"{kill['first_step_s']} s later, {kill['lost']} steps lost")
+    print(f"\nrestart: rank 1 killed at step {kill['last']}: detected {kill['detected_s']} s later, "
+          f"first step after the restart {kill['first_step_s']} s later, {kill['lost']} steps lost")
     (restart,) = events(run, "restart")
     assert restart["rank"] == 1 and restart["exit"] is None and restart["restart"] == 1
     assert "rank 1 of 2 ended without an exit status" in restart["cause"]
@@ -189,8 +190,9 @@ def test_a_rank_that_keeps_failing_is_left_out_and_the_job_finishes_on_one_proce
     first, second = elastic["kills"]
     (restart,) = events(run, "restart")
     (shrink,) = events(run, "shrink")
-    print(f"\nrestart: {first['first_step_s']} s to the first step, {first['lost']} steps lost; "
-          f"shrink: {second['first_step_s']} s to the first step, {second['lost']} steps lost")
+    print(f"\nrestart: detected in {first['detected_s']} s, {first['first_step_s']} s to the first step, "
+          f"{first['lost']} steps lost; shrink: detected in {second['detected_s']} s, "
+          f"{second['first_step_s']} s to the first step, {second['lost']} steps lost")
     assert restart["rank"] == 1 and shrink["rank"] == 1 and shrink["device"] == 1
     assert (shrink["dp_from"], shrink["dp_to"], shrink["grad_accum"]) == (2, 1, 2)
     assert "data parallel 2 -> 1" in elastic["out"]

@@ -108,3 +108,18 @@ def test_a_single_host_job_takes_a_free_port_when_its_own_is_busy(tmp_path):
         assert msrun._free_port(several, tmp_path) is several
         with pytest.raises(PretrainRunError, match="master_port"):
             msrun.check_port_free(several.hardware)
+
+
+def test_the_stop_is_agreed_over_every_rank_of_the_job_not_only_data_parallel(monkeypatch):
+    # a tensor-parallel-only layout has data-parallel degree 1: agreeing over dp alone would let one
+    # rank stop while its tensor-parallel peers wait in the next collective
+    from pretrain.resilience.signals import GracefulStop
+    from pretrain.train import ranks
+    monkeypatch.setenv("RANK_SIZE", "4")
+    assert ranks.agreed_stop(GracefulStop()).degree == 4
+    monkeypatch.delenv("RANK_SIZE")
+    stop = GracefulStop()
+    agreed = ranks.agreed_stop(stop)
+    assert agreed.degree == 1 and not agreed.requested   # one process: the local flag, no collective
+    stop.requested, stop.signum = True, 15
+    assert agreed.requested and agreed.signal_name == "SIGTERM"

@@ -162,11 +162,15 @@ def test_a_failing_worker_fails_the_launch_with_its_last_error_lines(pretrain, t
     # Every rank hangs in step 3 (test-only fault injection); each one's watchdog exits it with 75.
     monkeypatch.setenv("PRETRAIN_FAULTS", json.dumps({"hang_at": 3}))
     proc = pretrain(*DP2, *SMALL, f"hardware.master_port={free_port()}", "phase=general",
-                    "train.total_tokens=8192", "resilience.watchdog_timeout_s=3", "resilience.max_restarts=0")
+                    "train.total_tokens=8192", "resilience.watchdog_timeout_s=3", "resilience.max_restarts=1")
+    # a hang is restarted like a death, once here; it hangs again and the budget is spent: exit 75
     assert proc.returncode == 75
     (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     # the watchdog exits below Python (os._exit(75)) but leaves the rank's exit status first
     assert re.search(r"rank [01] of 2 exited with code 75 \(watchdog: the step after step 2", error)
+    assert "resilience.max_restarts=1 restarts within resilience.restart_window=3600 s are spent" in error
+    (restart,) = events(tmp_path / RUN, "restart")
+    assert restart["exit"] == 75 and "watchdog" in restart["cause"] and "restart 1/1" in proc.stdout
     assert "watchdog: the step after step 2 has not finished" in error
     assert f"Last lines of {tmp_path / RUN / 'logs'}/worker_" in error
 

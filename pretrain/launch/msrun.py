@@ -14,7 +14,7 @@ the same step: pretrain.train.ranks.AgreedStop) and exit 0, and the launch ends 
 """
 import json
 import os
-import re
+import select
 import shlex
 import signal
 import socket
@@ -24,7 +24,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -42,7 +42,6 @@ POLL_S = 0.1
 EXIT_GRACE_S = 60.0      # after every rank reported success, msrun and its scheduler get this long
 # Lines of a worker log that are noise, not the error: MindSpore/MindFormers warnings, progress bars.
 _NOISE = ("[WARNING]", "[INFO]", " - WARNING - ", " - INFO - ", "%|")
-_MSRUN_FAILED = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
 _REPORT_STARTS = ("Traceback (most recent call last)", "error:", "watchdog:", "Fatal Python error")
 
 
@@ -72,7 +71,7 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
     with _forward_stop_signals(ranks) as stopping:
         while True:
             cfg = _free_port(cfg, run_dir)
-            ranks.world = num_devices(cfg.hardware)
+            ranks.new_launch(num_devices(cfg.hardware))
             failure = _launch_once(cfg, run_dir, ranks, devices)
             if failure is None:
                 return {"wall_s": time.time() - started}
@@ -132,12 +131,11 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
     # while the ranks live, even when this launcher is killed.
     lock = rundir.held_fd(run_dir)
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out or subprocess.PIPE,
-                                stderr=out or subprocess.STDOUT, pass_fds=() if lock is None else (lock,))
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out,
+                                pass_fds=() if lock is None else (lock,))
     finally:
         if out is not None:
             out.close()
-    echo = None if out else _echo(proc, ranks)
     try:
         failure = ranks.wait(proc)
     except BaseException:
@@ -145,31 +143,7 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
         raise
     if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
         _kill(proc, ranks)
-    if echo is not None:
-        echo.join(timeout=5)
     return failure
-
-
-def _echo(proc: subprocess.Popen, ranks: "RankWatch") -> threading.Thread:
-    """msrun's output to this console as it comes (rank 0's progress bar, carriage returns and all),
-    noting the worker msrun saw fail first: it SIGKILLs the other workers within a second, so when
-    several ranks are found gone at once, that one is the rank to blame (RankWatch.wait)."""
-    def pump() -> None:
-        tail = b""
-        while True:
-            chunk = os.read(proc.stdout.fileno(), 1 << 16)
-            if not chunk:
-                break
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
-            tail = (tail + chunk)[-4096:]
-            for m in _MSRUN_FAILED.finditer(tail.decode(errors="replace")):
-                ranks.note_failed_pid(int(m.group(1)), int(m.group(2)))
-        proc.stdout.close()
-
-    thread = threading.Thread(target=pump, name="msrun-output", daemon=True)
-    thread.start()
-    return thread
 
 
 def _gave_up(failure: Failure, budget: "supervise.RestartBudget", res: DictConfig, stopping: List[int],
@@ -181,9 +155,9 @@ def _gave_up(failure: Failure, budget: "supervise.RestartBudget", res: DictConfi
            "resilience.max_restarts=0 (no automatic restart)")
     if res.elastic and not shrink:
         why += " and no smaller data-parallel size is left (hardware.min_devices, the global batch)"
-    return supervise.RestartsExhausted(f"{failure.message.split('; the run resumes')[0]}; {why}: the run "
-                                       f"resumes from its last checkpoint when relaunched with the same "
-                                       f"command (exit {supervise.GAVE_UP_EXIT}).")
+    # the rank's last log lines stay at the end of the one line
+    where = "; the run resumes"
+    return supervise.RestartsExhausted(failure.message.replace(where, f"; {why}{where}", 1))
 
 
 def _event(run_dir: Path, kind: str, **fields: Any) -> None:
@@ -256,6 +230,57 @@ def check_port_free(hw: DictConfig) -> None:
                 f"run is using it; pick a free one with hardware.master_port=<port>") from None
 
 
+class DeathOrder:
+    """When each rank's process ended, to the millisecond: a pidfd per rank (Linux >= 5.3) wakes
+    the launcher's wait the moment one exits, so the rank that failed first is told apart from the
+    ones that failed because of it. Without pidfds: the order the polls found them in."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._fds: Dict[int, Tuple[int, int]] = {}   # fd -> (rank, pid)
+        self._pids: Dict[int, int] = {}              # rank -> pid watched
+        self.ended: Dict[int, float] = {}            # rank -> monotonic time its process ended
+
+    def watch(self, pids: Dict[int, int]) -> None:
+        for rank, pid in pids.items():
+            if self._pids.get(rank) == pid:
+                continue
+            self._pids[rank] = pid
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):   # gone already, or no pidfd: noted when found dead
+                continue
+            self._fds[fd] = (rank, pid)
+            self._poll.register(fd, select.POLLIN)
+
+    def sleep(self, seconds: float) -> None:
+        """Up to `seconds`, less when a watched process ends."""
+        if not self._fds:
+            time.sleep(seconds)
+            return
+        for fd, _ in self._poll.poll(seconds * 1000):
+            rank, _ = self._fds.pop(fd)
+            self._poll.unregister(fd)
+            os.close(fd)
+            self.ended.setdefault(rank, time.monotonic())
+
+    def first(self, ranks: Iterable[int]) -> Optional[int]:
+        """The rank among `ranks` whose process ended first (one still running: it ends now)."""
+        ranks = list(ranks)
+        return min(ranks, key=self._key) if ranks else None
+
+    def _key(self, rank: int) -> Tuple[float, int]:
+        return self.ended.get(rank, time.monotonic()), rank
+
+    def before(self, a: int, b: int) -> bool:
+        return self._key(a) < self._key(b)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+
 class RankWatch:
     """The ranks of this host as pretrain.worker reports them in RUN_DIR/logs/."""
 
@@ -263,10 +288,13 @@ class RankWatch:
         self.logs, self.world = logs, world
         self.stopping = False
         self._told: set = set()   # pids already sent the stop
-        self.msrun_failed: Dict[int, int] = {}   # pid -> exit code, as msrun reported them, first first
+        self.deaths = DeathOrder()
 
-    def note_failed_pid(self, pid: int, code: int) -> None:
-        self.msrun_failed.setdefault(pid, code)
+    def new_launch(self, world: int) -> None:
+        """The same job started again (a restart, a shrink): new processes, maybe fewer."""
+        self.world = world
+        self.deaths.close()
+        self.deaths, self._told = DeathOrder(), set()
 
     def request_stop(self) -> None:
         """SIGTERM to every rank now, and to any that starts later in this launch (wait() passes it
@@ -297,14 +325,22 @@ class RankWatch:
             if self.stopping:   # a rank that started after the stop request
                 self._tell()
             exits, pids = self.exits(), self.pids()
-            failed = sorted(r for r, e in exits.items() if e["exit"] != 0)
-            if failed:
-                e = exits[failed[0]]
-                return Failure(failed[0], int(e["exit"]), self.message(
-                    failed[0], f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else "")))
-            vanished = sorted(r for r, pid in pids.items() if r not in exits and not _alive(pid))
-            if vanished:
-                return self._vanished(vanished, pids)
+            self.deaths.watch(pids)
+            # the first rank to fail: a rank that lost its peer fails right after it (in its next
+            # collective), and msrun SIGKILLs every other worker within a second of a failure
+            failed = self.deaths.first(r for r, e in exits.items() if e["exit"] != 0)
+            gone = [r for r, pid in pids.items() if r not in exits and not _alive(pid)]
+            for r in gone:   # found dead before its pidfd said so (or without one): now
+                self.deaths.ended.setdefault(r, time.monotonic())
+            vanished = self.deaths.first(gone)
+            if failed is not None and (vanished is None or self.deaths.before(failed, vanished)):
+                e = exits[failed]
+                return Failure(failed, int(e["exit"]), self.message(
+                    failed, f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else "")))
+            if vanished is not None:
+                return Failure(vanished, None, self.message(
+                    vanished, "ended without an exit status (killed by a signal or the OOM killer, or "
+                              "exited below Python)"))
             if proc.poll() is not None:
                 if len(exits) == self.world:
                     return None
@@ -317,24 +353,7 @@ class RankWatch:
                 if time.time() - done_at > EXIT_GRACE_S:
                     print(f"msrun did not exit {EXIT_GRACE_S:.0f} s after every rank finished: stopping it", flush=True)
                     return None
-            time.sleep(POLL_S)
-
-    def _vanished(self, vanished: List[int], pids: Dict[int, int]) -> Failure:
-        """The first of the ranks gone without a status. Several at once: msrun may have killed
-        the others after the first died, so the one it reported first (its output, _echo), when
-        it did within a moment."""
-        deadline = time.time() + (2.0 if len(vanished) > 1 else 0.0)
-        while True:
-            first = [r for pid in self.msrun_failed for r in vanished if pids[r] == pid]
-            if first or time.time() >= deadline:
-                break
-            time.sleep(0.05)
-        rank = first[0] if first else vanished[0]
-        code = self.msrun_failed.get(pids[rank])
-        how = "killed by a signal or the OOM killer, or exited below Python"
-        if code is not None and code < 0 and -code in signal.valid_signals():
-            how = f"killed by {signal.Signals(-code).name}"
-        return Failure(rank, None, self.message(rank, f"ended without an exit status ({how})"))
+            self.deaths.sleep(POLL_S)
 
     @staticmethod
     def signal_pid(pid: int, signum: int) -> None:

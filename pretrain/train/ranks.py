@@ -76,6 +76,11 @@ class AgreedStop:
         return self._stop.signal_name or "SIGTERM"
 
 
+def agreed_stop(stop: Any) -> "AgreedStop":
+    """`stop` read the same way by every rank of this job (all parallel groups: the world)."""
+    return AgreedStop(stop, rank_info()[1])
+
+
 class RowLog:
     """Digests of the training rows this rank was fed, in order: `watch(loader)` returns a loader
     that records each batch it serves. Constant memory: a running sha256 over every row plus the

@@ -121,7 +121,7 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
             cfg.resilience, run_dir, events, rank=ranks.rank_info()[0]
         ) as dog:
             # every rank of the job agrees on a stop, so all of them stop after the same step
-            trainer.stop, trainer.watchdog = ranks.AgreedStop(stop, ranks.rank_info()[1]), dog
+            trainer.stop, trainer.watchdog = ranks.agreed_stop(stop), dog
             results = trainer.run(plans)
     finally:
         metrics.close()
