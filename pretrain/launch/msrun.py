@@ -141,6 +141,8 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
     except BaseException:
         _kill(proc, ranks)   # never leave ranks running behind an error in this process
         raise
+    finally:
+        ranks.deaths.close()
     if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
         _kill(proc, ranks)
     return failure
