@@ -43,7 +43,7 @@ def run_job(cfg: DictConfig) -> None:
         if not in_sweep:
             for line in str(exc).splitlines():
                 print(f"error: {line}", file=sys.stderr)
-            sys.exit(2)
+            sys.exit(getattr(exc, "exit_code", 2))   # 2, or e.g. a launch's spent restart budget
         row.update(status="invalid", reason=str(exc).replace("\n", "; "))
     if in_sweep:
         from pretrain.sweep.summary import verdict_line, write_row

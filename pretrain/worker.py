@@ -49,6 +49,8 @@ def main(argv=None) -> int:
     rank = int(os.environ.get("RANK_ID", "0"))
     status_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(status_path(run_dir, rank, "pid"), str(os.getpid()))
+    from pretrain.resilience.signals import STATUS_ENV
+    os.environ[STATUS_ENV] = str(status_path(run_dir, rank))   # the watchdog's exit writes it too
     status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
         from pretrain.train.runner import run

@@ -232,16 +232,24 @@ def test_batch_layout_masks_padding_and_document_boundaries(prepared):
     assert (mask[(ids != 1) & (seg > 0)][:-1].mean()) > 0.95
 
 
-def test_data_parallel_ranks_never_share_rows(prepared):
-    for names in ({"web": 1.0}, {"books": 1.0}):   # web: 2 shards, one per rank; books: 1, rows split
-        seen = []
-        for rank in range(2):
-            ld = loader(prepared, weights=names, dp_rank=rank, dp_size=2, batch_size=2)
-            seen.append({ld.batch(s)["input_ids"][i].tobytes() for s in range(30) for i in range(2)})
-        assert not seen[0] & seen[1]
-    four = [loader(prepared, weights={"books": 1.0}, dp_rank=r, dp_size=4) for r in range(4)]
-    rows = [set(zip(v.views[0].shard_of.tolist(), v.views[0].row_of.tolist())) for v in four]
-    assert sum(map(len, rows)) == len(set().union(*rows))
+def test_a_global_step_trains_the_same_rows_in_the_same_order_at_any_data_parallel_size(corpus, prepared):
+    # The elastic rule (issue 14): a job that shrinks from dp 4 to 2 to 1, or a dp2 run resumed with
+    # parallel=single, neither repeats nor skips a sample: global step k is the same rows, in order,
+    # also from the data prepared for dp 1 (data.num_shards follows parallel.dp).
+    one_shard = prepare(data_cfg(prepared["web"].dir.parent.parent, corpus, num_shards=1), progress=False)
+    for names in ({"web": 0.7, "books": 0.3}, {"books": 1.0}):
+        one = loader(one_shard, weights=names, batch_size=8)
+        for dp in (2, 4):
+            ranks = [loader(prepared, weights=names, dp_rank=r, dp_size=dp, batch_size=8 // dp)
+                     for r in range(dp)]
+            for step in (0, 1, 7, 40):
+                split = np.concatenate([ld.batch(step)["input_ids"] for ld in ranks])
+                assert np.array_equal(split, one.batch(step)["input_ids"]), (names, dp, step)
+    # within an epoch the ranks of one step never share a row
+    n = len(loader(prepared, weights={"books": 1.0}).views[0])
+    two = [loader(prepared, weights={"books": 1.0}, dp_rank=r, dp_size=2, batch_size=1) for r in range(2)]
+    seen = [{ld.batch(s)["input_ids"][0].tobytes() for s in range(n // 2)} for ld in two]
+    assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 2 * (n // 2)
 
 
 def test_an_epoch_visits_every_row_once(prepared):

@@ -131,7 +131,8 @@ def test_dp2_trains_identical_replicas_on_split_batches_stops_together_and_resum
 
 def test_a_killed_worker_fails_the_launch_with_its_rank_and_a_restart_resumes(pretrain, tmp_path):
     args = [*DP2, *SMALL, f"hardware.master_port={free_port()}", "phase=general",
-            "train.total_tokens=20480", "train.save_every_steps=3"]   # 28 steps
+            "train.total_tokens=20480", "train.save_every_steps=3",
+            "resilience.max_restarts=0"]   # 28 steps; no automatic restart (test_elastic_e2e.py has those)
     run = tmp_path / RUN
     proc = pretrain.start(*args)
     wait_for_steps(proc, run, 7)
@@ -140,9 +141,10 @@ def test_a_killed_worker_fails_the_launch_with_its_rank_and_a_restart_resumes(pr
     os.kill(victim, signal.SIGKILL)
     _, err = proc.communicate(timeout=120)
     print(f"killed rank 1 -> launch exited in {time.time() - killed:.2f} s")
-    assert proc.returncode == 2, err[-3000:]
+    assert proc.returncode == 75, err[-3000:]   # EX_TEMPFAIL: resumable, not a user error (2)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "rank 1 of 2 ended without an exit status" in errors[0]
+    assert "max_restarts=0 (no automatic restart)" in errors[0]
     assert "resumes from its last checkpoint" in errors[0]
     assert 1 not in rank_status(run)
     assert not _alive(int((run / "logs" / "rank_0.pid").read_text()))   # the surviving rank was stopped
@@ -160,11 +162,15 @@ def test_a_failing_worker_fails_the_launch_with_its_last_error_lines(pretrain, t
     # Every rank hangs in step 3 (test-only fault injection); each one's watchdog exits it with 75.
     monkeypatch.setenv("PRETRAIN_FAULTS", json.dumps({"hang_at": 3}))
     proc = pretrain(*DP2, *SMALL, f"hardware.master_port={free_port()}", "phase=general",
-                    "train.total_tokens=8192", "resilience.watchdog_timeout_s=3")
-    assert proc.returncode == 2
+                    "train.total_tokens=8192", "resilience.watchdog_timeout_s=3", "resilience.max_restarts=1")
+    # a hang is restarted like a death, once here; it hangs again and the budget is spent: exit 75
+    assert proc.returncode == 75
     (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    # the watchdog exits below Python (os._exit(75)), so the rank leaves no status; its log says why
-    assert re.search(r"rank [01] of 2 ended without an exit status", error)
+    # the watchdog exits below Python (os._exit(75)) but leaves the rank's exit status first
+    assert re.search(r"rank [01] of 2 exited with code 75 \(watchdog: the step after step 2", error)
+    assert "resilience.max_restarts=1 restarts within resilience.restart_window=3600 s are spent" in error
+    (restart,) = events(tmp_path / RUN, "restart")
+    assert restart["exit"] == 75 and "watchdog" in restart["cause"] and "restart 1/1" in proc.stdout
     assert "watchdog: the step after step 2 has not finished" in error
     assert f"Last lines of {tmp_path / RUN / 'logs'}/worker_" in error
 

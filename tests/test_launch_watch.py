@@ -49,7 +49,9 @@ def test_a_failing_rank_is_reported_with_its_exit_code_error_and_last_error_line
         started(logs, 1, 999999)          # its status says it exited, so the pid is not consulted
         report(logs, 1, 1, "ValueError: the real error")
         (logs / "worker_1.log").write_text(TRACEBACK)
-        message = RankWatch(logs, 2).wait(msrun)
+        failure = RankWatch(logs, 2).wait(msrun)
+        assert (failure.rank, failure.exit, failure.retryable) == (1, 1, True)
+        message = failure.message
         assert message.startswith("rank 1 of 2 exited with code 1 (ValueError: the real error)")
         assert "Traceback (most recent call last):" in message and "ValueError: the real error" in message
         assert "noisy warning" not in message and "PyNativeX" not in message and "4/10" not in message
@@ -69,13 +71,37 @@ def test_a_rank_that_vanished_without_a_status_is_reported_at_once(logs):
         started(logs, 1, rank1.pid)
         rank1.kill()
         rank1.wait()
-        message = RankWatch(logs, 2).wait(msrun)
-        assert message.startswith("rank 1 of 2 ended without an exit status")
-        assert "(no log)" in message
+        failure = RankWatch(logs, 2).wait(msrun)
+        assert (failure.rank, failure.exit) == (1, None)
+        assert failure.message.startswith("rank 1 of 2 ended without an exit status")
+        assert "(no log)" in failure.message
     finally:
         for p in (msrun, rank0):
             p.kill()
             p.wait()
+
+
+def test_the_rank_that_failed_first_is_blamed_not_the_peer_that_failed_because_of_it(logs):
+    # rank 1 is killed; rank 0 fails in its next collective and even reports an exit status. Seen
+    # together, the launcher blames rank 1 (the one an elastic job leaves out): the pidfds of the
+    # ranks' processes say which ended first.
+    msrun, rank0, rank1 = sleeper(), sleeper(), sleeper()
+    try:
+        started(logs, 0, rank0.pid)
+        started(logs, 1, rank1.pid)
+        watch = RankWatch(logs, 2)
+        watch.deaths.watch(watch.pids())
+        rank1.kill()
+        rank1.wait()
+        watch.deaths.sleep(5.0)            # wakes as rank 1 ends
+        report(logs, 0, 1, "RuntimeError: peer closed the connection")
+        rank0.kill()
+        rank0.wait()
+        failure = watch.wait(msrun)
+        assert failure.rank == 1 and "ended without an exit status" in failure.message
+    finally:
+        msrun.kill()
+        msrun.wait()
 
 
 def test_success_needs_every_rank_to_report_zero(logs):
@@ -85,7 +111,7 @@ def test_success_needs_every_rank_to_report_zero(logs):
     report(logs, 1, 0)
     assert RankWatch(logs, 2).wait(done) is None
     (logs / "rank_1.exit").unlink()
-    message = RankWatch(logs, 2).wait(done)   # msrun gone, rank 1 never reported
+    message = RankWatch(logs, 2).wait(done).message   # msrun gone, rank 1 never reported
     assert message.startswith("rank 1 of 2 never reported an exit status; msrun exited with code 0")
 
 

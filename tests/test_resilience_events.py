@@ -29,7 +29,7 @@ def test_every_line_is_json_with_ts_and_kind(tmp_path):
 
 def test_unknown_kind_is_refused(tmp_path):
     with EventLog(tmp_path / "e.jsonl") as events, pytest.raises(ValueError, match="unknown event kind"):
-        events.log("restart")
+        events.log("reboot")
 
 
 def test_threads_never_interleave_lines(tmp_path):

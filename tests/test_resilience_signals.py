@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.resilience.signals import HANG_EXIT_CODE, GracefulStop
+from pretrain.resilience.signals import HANG_EXIT_CODE, STATUS_ENV, GracefulStop
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,8 @@ def run_hang(tmp_path, hang):
     stacks, events = tmp_path / "stacks.txt", tmp_path / "events.jsonl"
     script = HANG.format(repo=str(REPO), stacks=str(stacks), events=str(events), hang=hang)
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, STATUS_ENV: str(tmp_path / "rank_0.exit"), "RANK_ID": "0"}   # as pretrain.worker sets it
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     return out, time.monotonic() - started, stacks, events
 
 
@@ -106,6 +107,10 @@ def test_watchdog_ends_a_hung_step_with_its_exit_code_and_stacks(tmp_path):
     assert "in hanging_step" in out.stderr and "in hanging_step" in stacks.read_text()
     hang, = [json.loads(line) for line in events.read_text().splitlines()]
     assert hang["kind"] == "hang" and hang["last_step"] == 3 and hang["exit_code"] == HANG_EXIT_CODE
+    # os._exit skips the worker's own report: the watchdog leaves the rank's exit status for the launcher
+    status = json.loads((tmp_path / "rank_0.exit").read_text())
+    assert status["rank"] == 0 and status["exit"] == HANG_EXIT_CODE
+    assert status["error"].startswith("watchdog: the step after step 3 has not finished")
 
 
 def test_watchdog_backstop_fires_when_the_hang_holds_the_gil(tmp_path):

@@ -99,6 +99,7 @@ class HardwareConfig:
     failures_per_device_hour: float = between(0.0, 1.0, 1.97e-5)  # Llama 3: 419 interruptions / 54 days / 16k GPUs
     master_addr: str = "127.0.0.1"
     master_port: int = between(1, 65535, 8118)
+    min_devices: int = between(1, 2**30, 1)   # resilience.elastic never shrinks the job below this
 
 
 @dataclass

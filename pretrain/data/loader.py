@@ -3,11 +3,14 @@
 batch(step) depends only on (seed, step, dp_rank, dp_size, the prepared data and the weights):
 no iterator state, so a resumed run asks for batch(k) and gets what the uninterrupted run got.
 
-Who reads what: a rank reads shards r, r + dp_size, ... of each dataset; with fewer shards than
-ranks, it reads the rows i with i % dp_size == r of all shards, so ranks never overlap. Within a
-dataset, sample number c of this rank is row perm_e[c mod R] of epoch e = c div R, perm_e a
-permutation keyed by (seed, rank, split, dataset, epoch). mixture.py decides which dataset each
-sample slot draws from.
+Who reads what: the data order is one sequence of global sample slots, the same for every
+data-parallel size. Global step k with a global batch of G = batch_size x dp_size rows is slots
+k·G ... k·G + G - 1; dp rank r trains the contiguous slice r·batch_size ... of them. So the rows
+of a global step are the same set whatever dp_size is, and a job that shrinks from dp 2 to dp 1
+(or a dp2 run resumed with parallel=single) neither repeats nor skips a sample. Within a dataset,
+sample number c is row perm_e[c mod R] of epoch e = c div R over all of its rows, perm_e a
+permutation keyed by (seed, split, dataset, epoch). mixture.py decides which dataset each sample
+slot draws from.
 
 Layout of a batch (rows of seq_length + 1 tokens, see pack.py):
   input_ids = row[:-1], labels = row[1:]            int32 [B, S]
@@ -119,23 +122,21 @@ def _cache_problem(files: List[Path], rows: int, capacity: int, tokens: Optional
 
 
 class _RankView:
-    """The rows of one dataset and split that one dp rank reads."""
+    """The rows of one dataset and split, in the order they were packed (every rank draws from all
+    of them: the module doc says which of them a rank trains)."""
 
-    def __init__(self, prepared: Prepared, split: str, dp_rank: int, dp_size: int) -> None:
+    def __init__(self, prepared: Prepared, split: str) -> None:
         info = prepared.manifest[split]["shards"]
         capacity = prepared.seq_length + 1
         paths = prepared.train_shards if split == "train" else prepared.val_shards
-        if len(info) >= dp_size:
-            mine = list(range(dp_rank, len(info), dp_size))
-        else:
-            mine = list(range(len(info)))
         self.shards = [ShardRows(paths[s], info[s]["sha256"], info[s]["rows"], capacity,
-                                 info[s].get("tokens")) for s in mine]
+                                 info[s].get("tokens")) for s in range(len(info))]
         shard_of = np.concatenate([np.full(len(sh.ids), k, np.int64) for k, sh in enumerate(self.shards)])
         row_of = np.concatenate([np.arange(len(sh.ids), dtype=np.int64) for sh in self.shards])
-        if len(info) < dp_size:     # rows split by index across ranks
-            shard_of, row_of = shard_of[dp_rank::dp_size], row_of[dp_rank::dp_size]
-        self.shard_of, self.row_of = shard_of, row_of
+        # in packing order: shards.ShardWriter deals packed row i to shard i % num_shards, so rows have the
+        # same indices however many shards the dataset was written to (data.num_shards follows dp)
+        order = np.argsort(row_of * len(self.shards) + shard_of, kind="stable")
+        self.shard_of, self.row_of = shard_of[order], row_of[order]
         self.tokens = np.concatenate([sh.row_tokens for sh in self.shards])[self._flat_index()]
 
     def _flat_index(self) -> np.ndarray:
@@ -189,15 +190,17 @@ class BatchLoader:
                 raise PretrainDataError(f"dataset {n!r} was packed for seq_length {prepared[n].seq_length}, "
                                         f"the model uses {seq_length} (prepare it with "
                                         f"data.seq_length={seq_length})")
-        self.views = [_RankView(prepared[n], split, dp_rank, dp_size) for n in self.names]
+        # global sample order (module doc): every rank draws from all rows with the keys of rank 0 of
+        # 1, so a dp1 run samples exactly as before and a dp-n run splits the same global slots
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.views = [_RankView(prepared[n], split) for n in self.names]
         for n, v in zip(self.names, self.views):
             if not len(v):
                 hint = " or data.val_fraction too small" if split == "val" else ""
-                raise PretrainDataError(f"dataset {n!r} has no {split} rows for dp rank {dp_rank} of "
-                                        f"{dp_size} (too little data{hint})")
+                raise PretrainDataError(f"dataset {n!r} has no {split} rows (too little data{hint})")
         split_tag = SPLITS.index(split)
-        self.schedule = MixtureSchedule([weights[n] for n in self.names], seed, [dp_rank, split_tag])
-        self._perm_key = [int(seed) % (1 << 63), dp_rank, split_tag]
+        self.schedule = MixtureSchedule([weights[n] for n in self.names], seed, [0, split_tag])
+        self._perm_key = [int(seed) % (1 << 63), 0, split_tag]
         self._perms: Dict[Tuple[int, int], np.ndarray] = {}
 
     def _rows(self, d: int, samples: np.ndarray) -> np.ndarray:
@@ -228,10 +231,15 @@ class BatchLoader:
             raise PretrainDataError(f"step {step}: must be >= 0")
         B = self.batch_size
         rows: List[Tuple[np.ndarray, np.ndarray]] = [None] * B  # type: ignore[list-item]
-        for d, where, drawn in self._draw(step * B + np.arange(B)):
+        for d, where, drawn in self._draw(self.slots(np.array([step]))):
             for b, r in zip(where.tolist(), drawn.tolist()):
                 rows[b] = self.views[d].row(r)
         return rows_to_batch(rows, self.seq_length)
+
+    def slots(self, steps: np.ndarray) -> np.ndarray:
+        """The global sample slots this rank trains at `steps`, in order (module doc)."""
+        first = steps[:, None] * (self.batch_size * self.dp_size) + self.dp_rank * self.batch_size
+        return (first + np.arange(self.batch_size)).ravel()
 
     def realised_shares(self, steps: Union[int, Iterable[int]]) -> Dict[str, float]:
         """Share of real (non-padding) tokens each dataset contributed to this rank's batches
@@ -239,8 +247,7 @@ class BatchLoader:
         steps = np.arange(steps) if isinstance(steps, (int, np.integer)) else np.fromiter(steps, np.int64)
         tokens = np.zeros(len(self.names), np.float64)
         for lo in range(0, len(steps), 1 << 16):
-            slots = (steps[lo:lo + (1 << 16), None] * self.batch_size + np.arange(self.batch_size)).ravel()
-            for d, _, rows in self._draw(slots):
+            for d, _, rows in self._draw(self.slots(steps[lo:lo + (1 << 16)])):
                 tokens[d] += self.views[d].tokens[rows].sum()
         total = tokens.sum()
         return {n: float(t / total) if total else 0.0 for n, t in zip(self.names, tokens)}

@@ -6,12 +6,15 @@ scheduler's heartbeat timeout (~40 s) before it exits, and on Ctrl-C it SIGKILLs
 `run_local` watches the ranks itself through the files pretrain.worker leaves in RUN_DIR/logs/
 (rank_<r>.pid when a rank starts, rank_<r>.exit when it ends): a non-zero exit or a rank whose
 process vanished without one (kill -9, OOM killer) fails the launch within about a second, with
-that rank's last log lines; the other ranks and msrun are then killed. Ctrl-C or SIGTERM to the
+that rank's last log lines; the other ranks and msrun are then killed, and the job starts again
+from its newest verified checkpoint within resilience.max_restarts / restart_window, shrinking
+its data-parallel size with resilience.elastic (pretrain.launch.supervise). Ctrl-C or SIGTERM to the
 launcher goes on to the ranks as SIGTERM, so they checkpoint at the next step boundary (all at
 the same step: pretrain.train.ranks.AgreedStop) and exit 0, and the launch ends normally.
 """
 import json
 import os
+import select
 import shlex
 import signal
 import socket
@@ -21,17 +24,21 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.validate import num_devices
+from pretrain.io import write_atomic
+from pretrain.launch import supervise
+from pretrain.launch.supervise import Failure
+from pretrain.resilience.events import EventLog
 
 CLUSTER_TIME_OUT_S = 600
 LAST_LINES = 12
-POLL_S = 0.2
+POLL_S = 0.1
 EXIT_GRACE_S = 60.0      # after every rank reported success, msrun and its scheduler get this long
 # Lines of a worker log that are noise, not the error: MindSpore/MindFormers warnings, progress bars.
 _NOISE = ("[WARNING]", "[INFO]", " - WARNING - ", " - INFO - ", "%|")
@@ -51,46 +58,151 @@ def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0) -> List[str]:
 
 def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
     """Run every rank on this host under msrun (in this directory, so the frozen config's relative
-    paths mean what they meant here); fail fast with the first failing rank's last lines."""
+    paths mean what they meant here) and keep the job going through failures: a failed rank stops
+    the launch at once and, within the restart budget, the job starts again from the newest
+    verified checkpoint; past the budget, with resilience.elastic, without the rank that keeps
+    failing (pretrain.launch.supervise). Every restart and shrink is an event in events.jsonl."""
     run_dir = run_dir.resolve()
+    res = cfg.resilience
+    budget = supervise.RestartBudget(int(res.max_restarts), float(res.restart_window))
+    devices = list(range(num_devices(cfg.hardware)))   # this host's devices the job runs on
+    started = time.time()
+    ranks = RankWatch(run_dir / "logs", len(devices))
+    with _forward_stop_signals(ranks) as stopping:
+        while True:
+            cfg = _free_port(cfg, run_dir)
+            ranks.new_launch(num_devices(cfg.hardware))
+            failure = _launch_once(cfg, run_dir, ranks, devices)
+            if failure is None:
+                return {"wall_s": time.time() - started}
+            failed_at = time.time()
+            if stopping or not failure.retryable or not (budget.allows() or res.elastic):
+                raise _gave_up(failure, budget, res, stopping)
+            last, resume_at = supervise.steps_lost(run_dir)
+            lost = {"last_step": last, "resume_step": resume_at,
+                    "steps_lost": None if last is None else last - (resume_at or 0)}
+            if budget.allows():
+                n = budget.spend(failure.rank)
+                _event(run_dir, "restart", cause=failure.message, rank=failure.rank, exit=failure.exit,
+                       restart=n, max_restarts=int(res.max_restarts), failed_at=failed_at, **lost)
+                print(f"restart {n}/{res.max_restarts} (within {res.restart_window:g} s): "
+                      f"{failure.message.split('; ')[0]}; resuming from step {resume_at or 0} "
+                      f"({lost['steps_lost']} steps lost)", flush=True)
+                continue
+            left_out = budget.worst_rank(failure.rank)
+            dp = supervise.shrunk_dp(cfg, len(devices) - 1)
+            if dp is None:
+                raise _gave_up(failure, budget, res, stopping, shrink=False)
+            old_dp = int(cfg.parallel.dp)
+            device = devices.pop(left_out)
+            cfg = supervise.with_dp(cfg, dp)
+            devices = devices[:num_devices(cfg.hardware)]
+            _refreeze(cfg, run_dir)
+            budget.reset()
+            _event(run_dir, "shrink", cause=failure.message, rank=left_out, device=device, exit=failure.exit,
+                   dp_from=old_dp, dp_to=dp, grad_accum=int(cfg.train.grad_accum), devices=devices,
+                   failed_at=failed_at, **lost)
+            print(f"elastic: rank {left_out} (device {device}) kept failing ({budget.max_restarts} restarts "
+                  f"within {res.restart_window:g} s); going on with data parallel {old_dp} -> {dp} on "
+                  f"devices {devices}, grad_accum {cfg.train.grad_accum}, from step {resume_at or 0} "
+                  f"({lost['steps_lost']} steps lost)", flush=True)
+
+
+def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: List[int]) -> Optional[Failure]:
+    """One start of the job's ranks, watched until every rank exited 0 (None) or one failed (all
+    of them are stopped then)."""
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid")]:
         stale.unlink()
-    check_port_free(cfg.hardware)
     env = dict(os.environ)
     # msrun starts `python` from PATH: make it this interpreter.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    cmd = command(cfg, run_dir)
-    print("launch:", shlex.join(cmd), flush=True)
-    started = time.time()
-    # msrun inherits the run dir's lock (pretrain.rundir), so it stays held while msrun and its
-    # ranks live, even when this launcher is killed.
+    if cfg.hardware.device == "ascend":   # after a shrink, the devices the job still trusts
+        env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+    if ranks.world == 1:   # one device left after a shrink: no cluster to rendezvous, no msrun
+        cmd = [sys.executable, "-m", "pretrain.worker", str(run_dir)]
+        env = {k: v for k, v in env.items() if k not in ("RANK_ID", "RANK_SIZE", "MS_ROLE")}
+        out = open(logs / "worker_0.log", "ab")
+    else:
+        cmd, out = command(cfg, run_dir), None
+    print("launch:", shlex.join(cmd) + (f" (log: {logs / 'worker_0.log'})" if out else ""), flush=True)
+    # msrun (or the one worker) inherits the run dir's lock (pretrain.rundir), so it stays held
+    # while the ranks live, even when this launcher is killed.
     lock = rundir.held_fd(run_dir)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, pass_fds=() if lock is None else (lock,))
-    ranks = RankWatch(logs, num_devices(cfg.hardware))
     try:
-        with _forward_stop_signals(ranks):
-            failure = ranks.wait(proc)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out,
+                                pass_fds=() if lock is None else (lock,))
+    finally:
+        if out is not None:
+            out.close()
+    try:
+        failure = ranks.wait(proc)
     except BaseException:
         _kill(proc, ranks)   # never leave ranks running behind an error in this process
         raise
+    finally:
+        ranks.deaths.close()
     if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
         _kill(proc, ranks)
-    if failure is not None:
-        raise PretrainRunError(failure)
-    return {"wall_s": time.time() - started}
+    return failure
+
+
+def _gave_up(failure: Failure, budget: "supervise.RestartBudget", res: DictConfig, stopping: List[int],
+             shrink: bool = True) -> PretrainRunError:
+    if stopping or not failure.retryable:
+        return PretrainRunError(failure.message)
+    why = (f"resilience.max_restarts={budget.max_restarts} restarts within resilience.restart_window="
+           f"{res.restart_window:g} s are spent" if budget.max_restarts else
+           "resilience.max_restarts=0 (no automatic restart)")
+    if res.elastic and not shrink:
+        why += " and no smaller data-parallel size is left (hardware.min_devices, the global batch)"
+    # the rank's last log lines stay at the end of the one line
+    where = "; the run resumes"
+    return supervise.RestartsExhausted(failure.message.replace(where, f"; {why}{where}", 1))
+
+
+def _event(run_dir: Path, kind: str, **fields: Any) -> None:
+    with EventLog(run_dir / "events.jsonl") as events:
+        events.log(kind, **fields)
+
+
+def _refreeze(cfg: DictConfig, run_dir: Path) -> None:
+    """The frozen config the ranks read, as the launcher now runs it (a new port, a shrunk layout)."""
+    write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+
+def _free_port(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """A single-host job whose master_port is busy takes a free one (in the frozen config too);
+    several nodes keep the explicit one, which every node must agree on."""
+    if int(cfg.hardware.num_nodes) > 1 or num_devices(cfg.hardware) == 1:
+        return cfg
+    try:
+        check_port_free(cfg.hardware)
+        return cfg
+    except PretrainRunError:
+        pass
+    with socket.socket() as s:
+        s.bind((str(cfg.hardware.master_addr), 0))
+        port = s.getsockname()[1]
+    print(f"hardware.master_port={cfg.hardware.master_port} is in use: this single-host job takes the free "
+          f"port {port}", flush=True)
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    cfg.hardware.master_port = port
+    _refreeze(cfg, run_dir)
+    return cfg
 
 
 @contextmanager
-def _forward_stop_signals(ranks: "RankWatch") -> Iterator[None]:
+def _forward_stop_signals(ranks: "RankWatch") -> Iterator[List[int]]:
     """SIGINT / SIGTERM to the launcher (Ctrl-C, a scheduler's preemption notice) go on to the
     ranks, which checkpoint at the next step boundary, all at the same step, and exit 0; the wait
-    goes on. A second one kills them. (msrun, in its own session, never sees the first.)"""
+    goes on (and no failure after it is restarted: the yielded list holds the signals received).
+    A second one kills them. (msrun, in its own session, never sees the first.)"""
+    received: List[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
-    received = []
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
@@ -98,12 +210,11 @@ def _forward_stop_signals(ranks: "RankWatch") -> Iterator[None]:
             raise KeyboardInterrupt
         print(f"{signal.Signals(signum).name}: the ranks checkpoint at the next step and stop "
               f"(send it again to kill them)", flush=True)
-        # as SIGTERM: MindSpore's runtime in a rank may take SIGINT for itself
-        ranks.signal(signal.SIGTERM)
+        ranks.request_stop()
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield received
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -121,11 +232,83 @@ def check_port_free(hw: DictConfig) -> None:
                 f"run is using it; pick a free one with hardware.master_port=<port>") from None
 
 
+class DeathOrder:
+    """When each rank's process ended, to the millisecond: a pidfd per rank (Linux >= 5.3) wakes
+    the launcher's wait the moment one exits, so the rank that failed first is told apart from the
+    ones that failed because of it. Without pidfds: the order the polls found them in."""
+
+    def __init__(self) -> None:
+        self._poll = select.poll()
+        self._fds: Dict[int, Tuple[int, int]] = {}   # fd -> (rank, pid)
+        self._pids: Dict[int, int] = {}              # rank -> pid watched
+        self.ended: Dict[int, float] = {}            # rank -> monotonic time its process ended
+
+    def watch(self, pids: Dict[int, int]) -> None:
+        for rank, pid in pids.items():
+            if self._pids.get(rank) == pid:
+                continue
+            self._pids[rank] = pid
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):   # gone already, or no pidfd: noted when found dead
+                continue
+            self._fds[fd] = (rank, pid)
+            self._poll.register(fd, select.POLLIN)
+
+    def sleep(self, seconds: float) -> None:
+        """Up to `seconds`, less when a watched process ends."""
+        if not self._fds:
+            time.sleep(seconds)
+            return
+        for fd, _ in self._poll.poll(seconds * 1000):
+            rank, _ = self._fds.pop(fd)
+            self._poll.unregister(fd)
+            os.close(fd)
+            self.ended.setdefault(rank, time.monotonic())
+
+    def first(self, ranks: Iterable[int]) -> Optional[int]:
+        """The rank among `ranks` whose process ended first (one still running: it ends now)."""
+        ranks = list(ranks)
+        return min(ranks, key=self._key) if ranks else None
+
+    def _key(self, rank: int) -> Tuple[float, int]:
+        return self.ended.get(rank, time.monotonic()), rank
+
+    def before(self, a: int, b: int) -> bool:
+        return self._key(a) < self._key(b)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+
+
 class RankWatch:
     """The ranks of this host as pretrain.worker reports them in RUN_DIR/logs/."""
 
     def __init__(self, logs: Path, world: int):
         self.logs, self.world = logs, world
+        self.stopping = False
+        self._told: set = set()   # pids already sent the stop
+        self.deaths = DeathOrder()
+
+    def new_launch(self, world: int) -> None:
+        """The same job started again (a restart, a shrink): new processes, maybe fewer."""
+        self.world = world
+        self.deaths.close()
+        self.deaths, self._told = DeathOrder(), set()
+
+    def request_stop(self) -> None:
+        """SIGTERM to every rank now, and to any that starts later in this launch (wait() passes it
+        on): as SIGTERM, since MindSpore's runtime in a rank may take SIGINT for itself."""
+        self.stopping = True
+        self._tell()
+
+    def _tell(self) -> None:
+        for pid in self.pids().values():
+            if pid not in self._told:
+                self._told.add(pid)
+                self.signal_pid(pid, signal.SIGTERM)
 
     def exits(self) -> Dict[int, dict]:
         out = {}
@@ -137,38 +320,49 @@ class RankWatch:
     def pids(self) -> Dict[int, int]:
         return {int(p.stem.split("_")[1]): int(p.read_text()) for p in self.logs.glob("rank_*.pid")}
 
-    def wait(self, proc: subprocess.Popen) -> Optional[str]:
+    def wait(self, proc: subprocess.Popen) -> Optional[Failure]:
         """None once every rank exited 0 (and msrun with them); else why the launch failed."""
         done_at = None
         while True:
+            if self.stopping:   # a rank that started after the stop request
+                self._tell()
             exits, pids = self.exits(), self.pids()
-            failed = sorted(r for r, e in exits.items() if e["exit"] != 0)
-            if failed:
-                e = exits[failed[0]]
-                return self.message(failed[0], f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else ""))
-            vanished = sorted(r for r, pid in pids.items() if r not in exits and not _alive(pid))
-            if vanished:
-                return self.message(vanished[0], "ended without an exit status (killed by a signal or the OOM "
-                                                 "killer, or exited below Python, e.g. by its watchdog)")
+            self.deaths.watch(pids)
+            # the first rank to fail: a rank that lost its peer fails right after it (in its next
+            # collective), and msrun SIGKILLs every other worker within a second of a failure
+            failed = self.deaths.first(r for r, e in exits.items() if e["exit"] != 0)
+            gone = [r for r, pid in pids.items() if r not in exits and not _alive(pid)]
+            for r in gone:   # found dead before its pidfd said so (or without one): now
+                self.deaths.ended.setdefault(r, time.monotonic())
+            vanished = self.deaths.first(gone)
+            if failed is not None and (vanished is None or self.deaths.before(failed, vanished)):
+                e = exits[failed]
+                return Failure(failed, int(e["exit"]), self.message(
+                    failed, f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else "")))
+            if vanished is not None:
+                return Failure(vanished, None, self.message(
+                    vanished, "ended without an exit status (killed by a signal or the OOM killer, or "
+                              "exited below Python)"))
             if proc.poll() is not None:
                 if len(exits) == self.world:
                     return None
                 missing = sorted(set(range(self.world)) - set(exits))
-                return self.message(missing[0], f"never reported an exit status; msrun exited with code "
-                                                f"{proc.returncode} (see {self.logs / 'scheduler.log'})")
+                return Failure(missing[0], None, self.message(
+                    missing[0], f"never reported an exit status; msrun exited with code {proc.returncode} "
+                                f"(see {self.logs / 'scheduler.log'})"))
             if len(exits) == self.world:   # all ranks done: msrun only waits for its scheduler now
                 done_at = done_at or time.time()
                 if time.time() - done_at > EXIT_GRACE_S:
                     print(f"msrun did not exit {EXIT_GRACE_S:.0f} s after every rank finished: stopping it", flush=True)
                     return None
-            time.sleep(POLL_S)
+            self.deaths.sleep(POLL_S)
 
-    def signal(self, signum: int) -> None:
-        for pid in self.pids().values():
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
+    @staticmethod
+    def signal_pid(pid: int, signum: int) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
     def kill(self, wait_s: float = 10.0) -> None:
         """SIGKILL every rank's process group (msrun setsid()s each worker) and wait until they are

@@ -34,6 +34,13 @@ class ResilienceConfig:
     # from step 0. false: that is an error, never a silent fresh start. A checkpoint that verifies is
     # always resumed from, so the key can stay in a command that a supervisor repeats.
     start_fresh: bool = False
+    # A launch on one host (pretrain/launch/msrun.py) restarts a failed or hung job from its newest
+    # verified checkpoint by itself, up to max_restarts times within restart_window seconds
+    # (torchrun's --max-restarts); past that, with elastic, it leaves out the rank that keeps failing
+    # and goes on with the largest data-parallel size the rest allow, down to hardware.min_devices.
+    max_restarts: int = 3
+    restart_window: float = 3600.0
+    elastic: bool = False
 
 
 def spike_guard(res: Any) -> SpikeGuard:
@@ -54,9 +61,18 @@ def watchdog(res: Any, run_dir: Union[str, os.PathLike], events: Optional[EventL
                     stacks_path=Path(run_dir) / name, events=events)
 
 
+def restart_budget(res: Any) -> Any:
+    from pretrain.launch.supervise import RestartBudget
+    if int(res.max_restarts) < 0 or float(res.restart_window) <= 0:
+        raise PretrainConfigError(f"resilience.max_restarts={res.max_restarts}, restart_window="
+                                  f"{res.restart_window}: need max_restarts >= 0 (0: never restart) and a "
+                                  f"restart_window > 0 seconds")
+    return RestartBudget(int(res.max_restarts), float(res.restart_window))
+
+
 def problems(res: Any) -> Iterator[str]:
     """Each bad setting of the block as one line, for the config checks at compose time."""
-    for build in (spike_guard, nonfinite_guard, lambda r: watchdog(r, ".")):
+    for build in (spike_guard, nonfinite_guard, lambda r: watchdog(r, "."), restart_budget):
         try:
             build(res)
         except PretrainConfigError as e:

@@ -76,8 +76,22 @@ RESUMABLE = (
     "train.log_every", "train.eval_every", "train.eval_batches",
     "train.save_every_steps", "train.save_every_minutes", "train.keep_checkpoint_max",
     "resilience.*",
-    "hardware.master_addr", "hardware.master_port",
+    "hardware.master_addr", "hardware.master_port", "hardware.min_devices",
     "data.workers", "launcher", "run_name",
+)
+# A different data-parallel size is the same run (the elastic rule: the global batch stays, the data
+# order is by global sample index, pretrain/data/loader.py), so when parallel.dp changes these keys
+# may change with it: the layout's name and micro-batch, the grad_accum derived from them, the host
+# the replicas run on, and data.num_shards (conf/data follows parallel.dp; the loader numbers rows
+# in packing order, which is the same however many shards they were written to), and
+# train.init_from, whose default names the base run by its layout (read only by a branch that has
+# no checkpoint of its own, which a resumed run has).
+# Tensor/pipeline/context parallel and the global batch may not.
+DP_CHANGE = (
+    "parallel.dp", "parallel.name", "parallel.micro_batch_size", "train.grad_accum", "data.num_shards",
+    "train.init_from",
+    "hardware.name", "hardware.devices_per_node", "hardware.num_nodes", "hardware.memory_gb_per_device",
+    "hardware.peak_tflops", "hardware.intra_node_gbps", "hardware.inter_node_gbps",
 )
 # Where the run is, not what it is: the worker sees run_dir as an absolute path, a moved run dir
 # is the same run, and a frozen config of an accepted run always has dry_run=false.
@@ -92,17 +106,19 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
         return []
     old, new = _flatten(saved), _flatten(current)
     changed = [k for k in config_changes(saved, current) if k not in NOT_THE_RUN]
+    allowed = RESUMABLE + (DP_CHANGE if "parallel.dp" in changed else ())
     # A key the checkpoint's config lacks is one a newer pretrain added: the user cannot restore it,
     # so it is accepted and recorded like an allowed change.
-    refused = [k for k in changed if k in old and not any(fnmatchcase(k, pattern) for pattern in RESUMABLE)]
+    refused = [k for k in changed if k in old and not any(fnmatchcase(k, pattern) for pattern in allowed)]
     if refused:
         listed = ", ".join(f"{k} ({old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r})"
                            for k in refused[:8])
         listed += f" and {len(refused) - 8} more" if len(refused) > 8 else ""
         raise PretrainRunError(
             f"this run's config differs from the one {where} was written with in {listed}: a resume may "
-            f"only change LR values, log/eval/save intervals, keep_checkpoint_max, resilience.* and the "
-            f"rendezvous address (RESUMABLE in pretrain/resilience/resume.py). Restore those keys "
+            f"only change LR values, log/eval/save intervals, keep_checkpoint_max, resilience.*, the "
+            f"rendezvous address and the data-parallel size with its derived keys (RESUMABLE and "
+            f"DP_CHANGE in pretrain/resilience/resume.py). Restore those keys "
             f"(run_dir/config.yaml or the command line), or use another run_dir for a new run")
     return [(k, old.get(k), new.get(k)) for k in changed]
 

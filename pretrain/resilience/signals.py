@@ -8,12 +8,14 @@ with every thread's Python stack, so a launcher can restart the run from its las
 instead of burning the allocation. Exit codes:
     HANG_EXIT_CODE (75, EX_TEMPFAIL in sysexits.h: "temporary failure, retry"): the watchdog thread
         saw no beat for timeout_s; stacks went to stderr and to the stacks file, a `hang` event
-        was logged.
+        was logged, and under a launcher the rank's exit status (STATUS_ENV names the file) says
+        so, since os._exit skips the worker's own report.
     1: the backstop fired backstop_s later: the watchdog thread itself could not run (the hung
         code holds the GIL), so faulthandler's C thread wrote the stacks to stderr and exited.
         MindSpore graph execution releases the GIL, so this is the rare case.
 """
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -26,6 +28,8 @@ from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.resilience.events import EventLog
 
 HANG_EXIT_CODE = 75
+# pretrain.worker names its exit-status file here (RUN_DIR/logs/rank_<r>.exit) for the watchdog
+STATUS_ENV = "PRETRAIN_RANK_STATUS"
 
 
 class GracefulStop:
@@ -142,4 +146,18 @@ class Watchdog:
             self.events.log("hang", last_step=self.last_step, waited_s=round(waited, 1),
                             limit_s=self._interval, exit_code=self.exit_code,
                             stacks=str(self.stacks_path) if self.stacks_path else None)
+        self._write_status(message)
         os._exit(self.exit_code)
+
+    def _write_status(self, message: str) -> None:
+        """The rank's exit status, as pretrain.worker writes it, so the launcher reports the hang
+        (and restarts on it) instead of "ended without an exit status"."""
+        path = os.environ.get(STATUS_ENV)
+        if not path:
+            return
+        from pretrain.io import write_atomic
+        try:
+            write_atomic(Path(path), json.dumps({"rank": int(os.environ.get("RANK_ID", "0")),
+                                                 "exit": self.exit_code, "error": message.split(";")[0]}))
+        except OSError as e:   # exiting anyway: the launcher then sees a rank without a status
+            print(f"watchdog: could not write {path} ({e.strerror})", file=sys.__stderr__, flush=True)

@@ -46,10 +46,13 @@ def all_sum(value: float, degree: int) -> float:
 
 
 class AgreedStop:
-    """A GracefulStop that every data-parallel rank reads the same way. A signal can reach one rank
+    """A GracefulStop that every rank of the job reads the same way. A signal can reach one rank
     after it has passed a step boundary that another has not: stopping on the local flag would let
-    one rank exit while the other waits forever in its next gradient all-reduce. Each read sums
-    the ranks' flags (CPU's AllReduce only sums) so all of them stop after the same step."""
+    one rank exit while the others wait forever in their next collective. Each read sums the flags
+    over the world group (CPU's AllReduce only sums): every parallel group at once, data, tensor,
+    pipeline and context parallel, so all ranks stop after the same step and rank 0 saves that
+    step once. `degree`: the job's world size (rank_info()), not the data-parallel degree, which
+    is 1 for a tensor-parallel-only layout."""
 
     def __init__(self, stop: Any, degree: int):
         self._stop = stop
@@ -71,6 +74,11 @@ class AgreedStop:
     def signal_name(self) -> str:
         # a rank stopping for a peer's signal names it as the scheduler's usual one
         return self._stop.signal_name or "SIGTERM"
+
+
+def agreed_stop(stop: Any) -> "AgreedStop":
+    """`stop` read the same way by every rank of this job (all parallel groups: the world)."""
+    return AgreedStop(stop, rank_info()[1])
 
 
 class RowLog:

@@ -121,8 +121,8 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         with GracefulStop() as stop, resilience.watchdog(
             cfg.resilience, run_dir, events, rank=ranks.rank_info()[0]
         ) as dog:
-            # data-parallel ranks agree on a stop, so all of them stop after the same step
-            trainer.stop, trainer.watchdog = ranks.AgreedStop(stop, trainer.step.data_parallel), dog
+            # every rank of the job agrees on a stop, so all of them stop after the same step
+            trainer.stop, trainer.watchdog = ranks.agreed_stop(stop), dog
             results = trainer.run(plans)
     finally:
         metrics.close()
