@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     write_atomic(status_path(run_dir, rank, "pid"), str(os.getpid()))
     status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
-        from pretrain.train.runner import run
+        from pretrain.engine import train as run   # our loop or MindFormers' trainer (validate.engine)
         cfg = OmegaConf.load(run_dir / "config.yaml")
         cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
         summary = run(cfg)

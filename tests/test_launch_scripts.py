@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BIG = ["model=llama3_70b", "parallel=dp4tp8pp2", "hardware=ascend910b_8x8"]   # fits; plan only
+BIG = ["model=llama3_70b", "parallel=dp4tp8pp2", "hardware=ascend910b_8x8"]   # fits; MindFormers' engine
 RUN = Path("runs") / "llama3_70b-dp4tp8pp2-ascend910b_8x8"
 
 RECORDER = """#!/usr/bin/env bash
@@ -50,7 +50,7 @@ def test_every_node_script_starts_its_ranks_against_the_master(cli, tmp_path, st
     for node in (0, 7):   # (the middle ones are summarised)
         assert f"node {node}: bash {launch / f'node_{node}.sh'}" in proc.stdout
     assert "submit_slurm.sh" in proc.stdout and "is this host's loopback" not in proc.stdout
-    assert "plan only: parallel=dp4tp8pp2: tp(8) pp(2) > 1" in proc.stdout   # said, not hidden
+    assert "engine     mindformers" in proc.stdout and "mindformers_general.yaml" in proc.stdout
 
     for node in range(8):   # each script run as a node would run it: from anywhere, by path
         subprocess.run(["bash", str(launch / f"node_{node}.sh")], env=env, cwd="/", check=True)

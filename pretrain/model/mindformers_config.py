@@ -27,7 +27,9 @@ _CLASSES = {
     ("qwen3", False): ("qwen3", "Qwen3ForCausalLM"),
     ("qwen3", True): ("qwen3_moe", "Qwen3MoeForCausalLM"),
 }
-INPUT_COLUMNS = ("input_ids", "labels", "loss_mask", "position_ids")  # train_dataset's columns
+# train_dataset's columns, named as the Mcore model's construct() takes them: what our loader makes of
+# the shards' input_ids (seq+1 tokens) and seg_lens (pretrain/data/loader.py BatchLoader.batch)
+INPUT_COLUMNS = ("input_ids", "labels", "loss_mask")
 _LR_SCHEDULES = {
     "cosine": "CosineWithWarmUpLR",
     "linear": "LinearWithWarmUpLR",
@@ -261,6 +263,8 @@ def export(
     first_phase_peak: float,
     train_files: Optional[List[str]] = None,
     pad_token_id: int = 0,
+    run_dir: Optional[str] = None,
+    phase_name: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The whole mindformers.yaml as a dict. The lr_schedule is the first phase this run trains:
     MindFormers' trainer has one schedule per run, so each later phase is its own MindFormers run."""
@@ -277,7 +281,9 @@ def export(
         "runner_config": {
             "epochs": 1,
             "batch_size": int(p.micro_batch_size),
-            "sink_mode": True,
+            # Ascend sinks one step per call; CPU has no dataset sink, and with sink_mode MindSpore's
+            # Model.train would run the whole dataset per "sink" (epochs x dataset steps)
+            "sink_mode": cfg.hardware.device != "cpu",
             "sink_size": 1,
             "gradient_accumulation_steps": int(t.grad_accum) if int(p.pp) == 1 else 1,
         },
@@ -301,14 +307,7 @@ def export(
             "weight_decay": float(t.weight_decay),
         },
         "lr_schedule": lr_schedule_block(first_phase, first_phase_steps, first_phase_peak),
-        "train_dataset": {
-            "data_loader": {"type": "MindDataset", "dataset_files": list(train_files or []), "shuffle": True},
-            "input_columns": list(INPUT_COLUMNS),
-            "construct_args_key": list(INPUT_COLUMNS),
-            "drop_remainder": True,
-            "num_parallel_workers": 2,
-            "seed": int(t.seed),
-        },
+        "train_dataset": train_dataset_block(cfg, run_dir, phase_name or str(first_phase.name), train_files),
         "context": context_block(cfg),
         **parallel_blocks(cfg),
         "model": {"model_config": model_config(cfg, pad_token_id=pad_token_id)},
@@ -325,6 +324,30 @@ def export(
     }
     out["train_dataset_task"] = {"type": "CausalLanguageModelDataset", "dataset_config": out["train_dataset"]}
     return out
+
+
+def train_dataset_block(cfg: DictConfig, run_dir: Optional[str], phase_name: str,
+                        train_files: Optional[List[str]] = None) -> Dict[str, Any]:
+    """MindFormers' train_dataset for one phase: our MindRecord shards as written (columns input_ids
+    and seg_lens), read through our loader registered as MindFormers' `PretrainShardLoader`
+    (pretrain/engine/dataset.py), so MindFormers' dataset builder yields, step by step, the batches
+    our loop trains on (the phase's mixture, seed and data-parallel shard). MindFormers batches them
+    by micro_batch_size and casts input_ids/labels to int32."""
+    return {
+        "data_loader": {
+            "type": "PretrainShardLoader",
+            "run_dir": str(run_dir or cfg.run_dir),   # the frozen config.yaml names the prepared data
+            "phase": phase_name,
+            "dataset_files": list(train_files or []),  # informational: the loader reads them via the config
+        },
+        "input_columns": list(INPUT_COLUMNS),
+        "construct_args_key": list(INPUT_COLUMNS),
+        "batch_size": int(cfg.parallel.micro_batch_size),
+        "drop_remainder": True,
+        "num_parallel_workers": 1,   # a row's content is fixed by (seed, step): no parallel reader needed
+        "python_multiprocessing": False,
+        "seed": int(cfg.train.seed),
+    }
 
 
 def to_yaml(exported: Dict[str, Any]) -> str:

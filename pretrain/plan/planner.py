@@ -141,6 +141,7 @@ class Plan:
     efficiency: float            # train.efficiency: the assumed share of peak FLOP/s while computing
     target: Optional["Target"]   # the devices that finish within plan.target_days
     warnings: Tuple[str, ...]
+    engine: str = "pretrain"     # which engine trains it (pretrain.config.validate.engine)
 
     @property
     def peak(self) -> StageMemory:
@@ -335,7 +336,16 @@ def plan(cfg: Any) -> Plan:
                 bubble=bubble, comm=comm, tokens_per_step=tokens_per_step, compute_s=compute_s, step_s=step_s,
                 tokens_per_s_device=_div(tok_s, lay.devices), tokens_per_s=tok_s, mfu=mfu,
                 hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
-                efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings))
+                efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings),
+                engine=_engine_of(cfg))
+
+
+def _engine_of(cfg: Any) -> str:
+    from pretrain.config.validate import engine
+    try:
+        return engine(cfg)
+    except (AttributeError, KeyError):   # a partial config (a layout tried by suggest.py): no train.engine
+        return "pretrain"
 
 
 def _target(cfg: Any, lay: Layout, days: float, target_days: float) -> Target:

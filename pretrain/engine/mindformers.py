@@ -1,0 +1,129 @@
+"""`python -m pretrain.engine.mindformers RUN_DIR [PHASE]`: MindFormers' own trainer on the run's
+per-phase yamls (run_dir/mindformers_<phase>.yaml), for the layouts our loop does not run.
+
+What MindFormers' run script (run_mindformer.py) does, for one rank, reading only the frozen run
+dir: MindFormerConfig(yaml) -> build_context -> (on CPU) pretrain/model/cpu_compat.py -> register
+our LR class, shard loader and loss log -> Trainer(config).train(). Phases run in order; a phase
+whose own checkpoints exist resumes from the newest (with data skip), a finished phase is skipped.
+Launchers reach it through pretrain.worker (msrun, node scripts, Slurm) or in-process (one device),
+which dispatch on pretrain.config.validate.engine(cfg).
+"""
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from pretrain.config import validate
+from pretrain.config.errors import PretrainRunError
+from pretrain.engine import phases as engine_phases
+
+
+def register_all() -> None:
+    from pretrain.engine import callbacks, dataset, lr
+    lr.register()
+    dataset.register()
+    callbacks.register()
+
+
+def newest_checkpoint_step(ckpt_dir: Path) -> int:
+    """The optimizer steps rank 0's newest checkpoint in ckpt_dir holds, 0 when none. MindFormers'
+    CheckpointMonitor records it in rank_0/meta.json as (last_epoch, last_step); a phase trains one
+    epoch (runner_config.epochs=1), so without sink mode last_step is the phase's step; with sink
+    mode (Ascend, sink_size 1) every step is an epoch."""
+    meta = ckpt_dir / "rank_0" / "meta.json"
+    if not meta.is_file():
+        return 0
+    info = json.loads(meta.read_text())
+    epoch, step = int(info.get("last_epoch", 0)), int(info.get("last_step", 0))
+    return step if epoch <= 1 else epoch * max(step, 1)
+
+
+def phase_config(run_dir: Path, phase: str) -> Any:
+    """The phase's yaml as MindFormers loads it, pointed at the phase's own checkpoints when a
+    previous start left some (resume with data skip), else as exported."""
+    from mindformers.tools.register import MindFormerConfig
+    path = engine_phases.yaml_path(run_dir, phase)
+    if not path.is_file():
+        raise PretrainRunError(f"{path}: no such file; the launch writes it (python -m pretrain ... with this run_dir)")
+    config = MindFormerConfig(str(path))
+    own = engine_phases.checkpoint_dir(run_dir, phase)
+    if newest_checkpoint_step(own) > 0:
+        config.load_checkpoint = str(own)
+        config.resume_training = True
+        config.ignore_data_skip = False
+    return config
+
+
+def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
+    from mindformers import Trainer
+    from mindformers.core.context.build_context import build_context
+
+    config = phase_config(run_dir, phase)
+    resumed_at = newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, phase))
+    build_context(config)
+    if cfg.hardware.device == "cpu":
+        from pretrain.model import cpu_compat
+        cpu_compat.apply()
+    register_all()
+    started = time.perf_counter()
+    Trainer(config).train()
+    wall = time.perf_counter() - started
+    from pretrain.engine.callbacks import read_log
+    log = [r for r in read_log(run_dir, phase) if r["step"] > resumed_at]
+    per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
+    # after the first step (graph compilation), like our loop's Throughput
+    timed = log[-1]["time"] - log[0]["time"] if len(log) > 1 else 0.0
+    return {"phase": phase, "resumed_at": resumed_at, "steps": len(log),
+            "loss_first": log[0]["loss"] if log else None, "loss_last": log[-1]["loss"] if log else None,
+            "wall_s": wall, "tokens_per_s": (len(log) - 1) * per_step / timed if timed > 0 else 0.0}
+
+
+def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
+    """Train the run's phases (or one) with MindFormers' trainer; the summary our launchers read."""
+    from pretrain.model.builder import prepare_environment
+    run_dir = Path(cfg.run_dir).resolve()
+    prepare_environment(str(run_dir))
+    validate.check(cfg)
+    validate.check_trainable(cfg)
+    names: List[str] = [str(p.name) for p in validate.phases(cfg)]
+    if only is not None:
+        if only not in names:
+            raise PretrainRunError(f"phase {only!r} is not a phase of the run in {run_dir} ({', '.join(names)})")
+        names = [only]
+    results = []
+    for name in names:
+        steps = int(engine_phases.export_phases(cfg, run_dir)[name]["pretrain_phase"]["steps"])
+        if newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, name)) >= steps:
+            continue   # done: its final checkpoint is where the next phase starts
+        results.append(run_phase(cfg, run_dir, name))
+    summary = {"run_dir": str(run_dir), "engine": "mindformers", "phases": results}
+    from pretrain.train import ranks
+    if ranks.is_logging_rank():
+        from pretrain.io import write_atomic
+        write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+    summary["rank_evidence"] = {"loss_last": results[-1]["loss_last"] if results else None}
+    return summary
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not 1 <= len(args) <= 2 or not (Path(args[0]) / "config.yaml").is_file():
+        print("usage: python -m pretrain.engine.mindformers RUN_DIR [PHASE]  (RUN_DIR holds the frozen "
+              "config.yaml and mindformers_<phase>.yaml)", file=sys.stderr)
+        return 2
+    cfg = OmegaConf.load(Path(args[0]) / "config.yaml")
+    cfg.run_dir = str(Path(args[0]).resolve())
+    from pretrain.app import USER_ERRORS
+    try:
+        run(cfg, args[1] if len(args) > 1 else None)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The CPU proof of train.engine=mindformers: MindFormers' own Trainer, from the exported
+run_dir/mindformers_general.yaml, with pretrain/model/cpu_compat.py applied, trains the tiny model
+(shrunk) on our shards; a second start resumes from its own checkpoint and continues the curve;
+then the same under msrun with 2 data-parallel CPU processes."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pretrain.train.schedule import curriculum
+
+pytestmark = pytest.mark.slow
+
+# 0.6M parameters at seq 64 (tests/test_launch_msrun.py's shrink); general = 0.7 x 30000 tokens
+# = 41 steps of 8 x 64 tokens
+SMALL = ["phase=general", "train.engine=mindformers", "model.hidden_size=64", "model.num_layers=2",
+         "model.num_heads=4", "model.num_kv_heads=2", "model.ffn_hidden_size=128", "model.seq_length=64",
+         "model.max_position_embeddings=64", "train.eval_every=0", "train.total_tokens=30000",
+         "train.save_every_steps=10"]
+STEPS = 41
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def start(data_cache, tmp_path):
+    def run(*args):
+        env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+        env["PRETRAIN_CACHE"] = str(data_cache)
+        return subprocess.Popen([sys.executable, "-m", "pretrain", *args, "run_dir=run"], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    return run
+
+
+def finish(proc) -> str:
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-5000:]}"
+    return out
+
+
+def losses(run: Path):
+    """The loss log's rows, split into the starts that wrote them (a start begins at a lower step)."""
+    path = run / "mindformers" / "general" / "losses.jsonl"
+    starts = []
+    for row in map(json.loads, path.read_text().splitlines()):
+        if not starts or row["step"] <= starts[-1][-1]["step"]:
+            starts.append([])
+        starts[-1].append(row)
+    return starts
+
+
+def our_lr(run: Path):
+    from omegaconf import OmegaConf
+
+    from pretrain.config import validate
+    cfg = OmegaConf.load(run / "config.yaml")
+    (phase,) = validate.phases(cfg)
+    (lr,) = curriculum([phase], [validate.phase_steps(cfg, phase)])
+    return lr
+
+
+def test_mindformers_trainer_trains_from_the_exported_yaml_and_resumes_from_its_own_checkpoint(start, tmp_path):
+    run = tmp_path / "run"
+    first = start(*SMALL)
+    log = run / "mindformers" / "general" / "losses.jsonl"
+    deadline = time.time() + 600
+    while time.time() < deadline and first.poll() is None:
+        if log.is_file() and len(log.read_text().splitlines()) >= 23:   # past the step-20 checkpoint
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, first.communicate()[0][-4000:]
+    os.killpg(first.pid, signal.SIGKILL)                                # a crash, not a graceful stop
+    first.wait()
+    out = finish(start(*SMALL))
+    assert "engine     mindformers" in out
+    killed, resumed = losses(run)
+    assert [r["step"] for r in killed[:23]] == list(range(1, 24))
+    assert [r["step"] for r in resumed] == list(range(21, STEPS + 1)), "resumed after its step-20 checkpoint"
+    # same weights, optimizer and data position: steps 21.. repeat what the killed start computed
+    for a, b in zip(killed[20:23], resumed):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), (a, b)
+    curve = killed[:20] + resumed
+    assert len(curve) == STEPS
+    head, tail = [r["loss"] for r in curve[:5]], [r["loss"] for r in curve[-5:]]
+    assert sum(tail) / 5 < sum(head) / 5 - 0.5, (head, tail)
+    lr = our_lr(run)     # the LR MindFormers' step reported is our schedule's at every step
+    for row in curve:
+        assert row["lr"] == pytest.approx(lr.at(row["step"] - 1), rel=1e-5)
+    summary = json.loads((run / "summary.json").read_text())
+    (phase,) = summary["phases"]
+    assert summary["engine"] == "mindformers" and phase["resumed_at"] == 20 and phase["steps"] == STEPS - 20
+    print(f"\nmindformers engine: {STEPS} steps, loss {curve[0]['loss']:.3f} -> {curve[-1]['loss']:.3f}, "
+          f"resumed at step 20, {phase['tokens_per_s']:.0f} tokens/s")
+
+
+def test_mindformers_trainer_under_msrun_with_two_data_parallel_cpu_processes(start, tmp_path):
+    out = finish(start(*SMALL, "parallel=dp2", "hardware=cpu_2proc", f"hardware.master_port={free_port()}"))
+    run = tmp_path / "run"
+    assert "msrun" in out
+    status = {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in (run / "logs").glob("rank_*.exit")}
+    assert sorted(status) == [0, 1] and all(s["exit"] == 0 for s in status.values()), status
+    (curve,) = losses(run)
+    assert [r["step"] for r in curve] == list(range(1, STEPS + 1))
+    head, tail = [r["loss"] for r in curve[:5]], [r["loss"] for r in curve[-5:]]
+    assert sum(tail) / 5 < sum(head) / 5 - 0.5, (head, tail)
+    import mindspore as ms
+    ckpt = run / "mindformers" / "general" / "checkpoint"
+    final = [ms.load_checkpoint(str(next((ckpt / f"rank_{r}").glob(f"*-1_{STEPS}.safetensors"))), format="safetensors")
+             for r in (0, 1)]
+    weights = [k for k in final[0] if not k.startswith(("adam_", "global_step", "learning_rate", "epoch_num",
+                                                         "step_num", "loss_scale", "scale_sense", "current_iterator"))]
+    assert weights and all((final[0][k].asnumpy() == final[1][k].asnumpy()).all() for k in weights), \
+        "the gradient all-reduce keeps the two replicas identical"
