@@ -37,14 +37,18 @@ def start(data_cache, tmp_path):
     def run(*args):
         env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
         env["PRETRAIN_CACHE"] = str(data_cache)
-        return subprocess.Popen([sys.executable, "-m", "pretrain", *args, "run_dir=run"], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        out = open(tmp_path / f"out_{len(list(tmp_path.glob('out_*')))}.txt", "w+")   # a file: a pipe left
+        proc = subprocess.Popen([sys.executable, "-m", "pretrain", *args, "run_dir=run"], cwd=tmp_path, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        proc.out = out                                                       # unread would block the run
+        return proc
     return run
 
 
 def finish(proc) -> str:
-    out, _ = proc.communicate(timeout=900)
+    proc.wait(timeout=900)
+    proc.out.seek(0)
+    out = proc.out.read()
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-5000:]}"
     return out
 
@@ -79,7 +83,7 @@ def test_mindformers_trainer_trains_from_the_exported_yaml_and_resumes_from_its_
         if log.is_file() and len(log.read_text().splitlines()) >= 23:   # past the step-20 checkpoint
             break
         time.sleep(0.2)
-    assert first.poll() is None, first.communicate()[0][-4000:]
+    assert first.poll() is None, (first.out.seek(0), first.out.read()[-4000:])
     os.killpg(first.pid, signal.SIGKILL)                                # a crash, not a graceful stop
     first.wait()
     out = finish(start(*SMALL))

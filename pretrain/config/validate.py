@@ -221,6 +221,10 @@ def _batch(cfg) -> Iterator[str]:
     if t.global_batch_size % per_step:
         yield (f"train.global_batch_size({t.global_batch_size}) % (parallel.micro_batch_size({p.micro_batch_size}) * "
                f"dp({p.dp}) = {per_step}) = {t.global_batch_size % per_step}: gradient accumulation needs a whole number")
+    elif p.pipeline_schedule == "zero_bubble" and p.pp > 1 and t.global_batch_size // per_step < 2 * p.pp:
+        yield (f"train.grad_accum({t.global_batch_size // per_step}) < 2 * parallel.pp({p.pp}): the zero-bubble "
+               f"schedule (ZB-V) needs at least 2·pp micro-batches per step; raise train.global_batch_size or "
+               f"use pipeline_schedule=1f1b")
     elif p.vpp > 1 and (t.global_batch_size // per_step) % p.pp:
         yield (f"train.grad_accum({t.global_batch_size // per_step}) % parallel.pp({p.pp}) != 0: the interleaved "
                f"schedule (vpp={p.vpp}) needs micro-batches in multiples of pp")

@@ -54,7 +54,19 @@ def phase_config(run_dir: Path, phase: str) -> Any:
         config.load_checkpoint = str(own)
         config.resume_training = True
         config.ignore_data_skip = False
+    if config.load_checkpoint and not config.use_parallel:
+        # one device: MindFormers loads a file, not a per-rank directory ("when input checkpoint
+        # file is rank dir, Please set use_parallel: True"); the newest is named in rank_0/meta.json
+        config.load_checkpoint = str(newest_checkpoint_file(Path(config.load_checkpoint)))
     return config
+
+
+def newest_checkpoint_file(ckpt_dir: Path) -> Path:
+    meta = ckpt_dir / "rank_0" / "meta.json"
+    if not meta.is_file():
+        raise PretrainRunError(f"{ckpt_dir}: no checkpoint to continue from (no rank_0/meta.json); train the "
+                               f"previous phase first")
+    return ckpt_dir / "rank_0" / json.loads(meta.read_text())["last_ckpt_file"]
 
 
 def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
