@@ -33,7 +33,7 @@ def register() -> None:
     class PretrainLossLog(Callback):
         def __init__(self, path: str, first_step: int = 0, **kwargs: Any):
             super().__init__()
-            self.path = Path(path)
+            self.path, self.first_step = Path(path), int(first_step)
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
         def on_train_step_end(self, run_context: Any) -> None:
@@ -42,7 +42,7 @@ def register() -> None:
                 return
             cb = run_context.original_args()
             loss, overflow, _, lr, norm = _get_loss_output(cb.net_outputs)
-            row = {"step": int(cb.cur_step_num), "loss": float(loss),
+            row = {"step": self.first_step + int(cb.cur_step_num), "loss": float(loss),
                    "lr": None if lr is None else float(lr), "grad_norm": None if norm is None else float(norm),
                    "overflow": bool(overflow), "time": time.time()}
             with open(self.path, "a") as fh:

@@ -29,16 +29,14 @@ def register_all() -> None:
 
 
 def newest_checkpoint_step(ckpt_dir: Path) -> int:
-    """The optimizer steps rank 0's newest checkpoint in ckpt_dir holds, 0 when none. MindFormers'
-    CheckpointMonitor records it in rank_0/meta.json as (last_epoch, last_step); a phase trains one
-    epoch (runner_config.epochs=1), so without sink mode last_step is the phase's step; with sink
-    mode (Ascend, sink_size 1) every step is an epoch."""
-    meta = ckpt_dir / "rank_0" / "meta.json"
-    if not meta.is_file():
+    """The phase step of rank 0's newest checkpoint in ckpt_dir (0 when none): the step_num
+    MindFormers stores in it (file names and meta.json count the steps of the start that wrote it)."""
+    if not (ckpt_dir / "rank_0" / "meta.json").is_file():
         return 0
-    info = json.loads(meta.read_text())
-    epoch, step = int(info.get("last_epoch", 0)), int(info.get("last_step", 0))
-    return step if epoch <= 1 else epoch * max(step, 1)
+    import mindspore as ms
+    saved = ms.load_checkpoint(str(newest_checkpoint_file(ckpt_dir)), format="safetensors",
+                               choice_func=lambda k: k == "step_num")
+    return int(saved["step_num"].asnumpy()) if "step_num" in saved else 0
 
 
 def phase_config(run_dir: Path, phase: str) -> Any:
@@ -55,10 +53,40 @@ def phase_config(run_dir: Path, phase: str) -> Any:
         config.resume_training = True
         config.ignore_data_skip = False
     if config.load_checkpoint and not config.use_parallel:
-        # one device: MindFormers loads a file, not a per-rank directory ("when input checkpoint
-        # file is rank dir, Please set use_parallel: True"); the newest is named in rank_0/meta.json
-        config.load_checkpoint = str(newest_checkpoint_file(Path(config.load_checkpoint)))
+        # one device: MindFormers 1.9.0 refuses the per-rank root ("when input checkpoint file is rank
+        # dir, Please set use_parallel: True"), a file when resuming (trainer/utils.py
+        # validate_checkpoint_config wants a directory) and rank_0/ (load_resume_context_from_checkpoint
+        # looks for rank_* in it); it takes its "complete safetensors" layout: a directory of the weights
+        # and hyper_param.safetensors with the resume context
+        config.load_checkpoint = str(complete_checkpoint_dir(Path(config.load_checkpoint), run_dir, phase))
     return config
+
+
+RESUME_KEYS = ("loss_scale", "epoch_num", "step_num", "global_batch_size")
+
+
+def complete_checkpoint_dir(ckpt_dir: Path, run_dir: Path, phase: str) -> Path:
+    """RUN_DIR/mindformers/<phase>/resume/: the newest checkpoint of ckpt_dir (a hard link) and
+    hyper_param.safetensors holding its resume context, replaced atomically."""
+    import os
+    import shutil
+
+    import mindspore as ms
+    src = newest_checkpoint_file(ckpt_dir)
+    out = engine_phases.output_dir(run_dir, phase) / "resume"
+    tmp = out.with_name(f".resume-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        os.link(src, tmp / src.name)
+    except OSError:   # another filesystem
+        shutil.copy2(src, tmp / src.name)
+    context = ms.load_checkpoint(str(src), format="safetensors", choice_func=lambda k: k in RESUME_KEYS)
+    ms.save_checkpoint([{"name": k, "data": v} for k, v in context.items()], str(tmp / "hyper_param.safetensors"),
+                       format="safetensors")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
 
 
 def newest_checkpoint_file(ckpt_dir: Path) -> Path:
@@ -75,16 +103,20 @@ def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
 
     config = phase_config(run_dir, phase)
     resumed_at = newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, phase))
+    for cb in config.callbacks:
+        if cb["type"] == "PretrainLossLog":   # steps of this start count from where it resumed
+            cb["first_step"] = resumed_at
     build_context(config)
     if cfg.hardware.device == "cpu":
         from pretrain.model import cpu_compat
         cpu_compat.apply()
     register_all()
+    from pretrain.engine.callbacks import read_log
+    earlier = len(read_log(run_dir, phase))   # rows of earlier starts (a killed one's last steps too)
     started = time.perf_counter()
     Trainer(config).train()
     wall = time.perf_counter() - started
-    from pretrain.engine.callbacks import read_log
-    log = [r for r in read_log(run_dir, phase) if r["step"] > resumed_at]
+    log = read_log(run_dir, phase)[earlier:]
     per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
     # after the first step (graph compilation), like our loop's Throughput
     timed = log[-1]["time"] - log[0]["time"] if len(log) > 1 else 0.0

@@ -110,11 +110,27 @@ def export_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> Dict
         y["auto_trans_ckpt"] = mfc.is_semi_auto(cfg)   # per-rank shards resharded when the layout changed
         y["load_ckpt_format"] = "safetensors"
         y["runner_config"]["epochs"] = 1        # one pass over the phase's samples = the phase's steps
+        resilience(cfg, y)
         y["callbacks"].append({"type": "PretrainLossLog", "path": str(output_dir(run_dir, name) / "losses.jsonl")})
         y["pretrain_phase"] = {"name": name, "steps": lr.steps, "first_step": first,
                                "previous": prev or None}
         out[name] = y
     return out
+
+
+def resilience(cfg: DictConfig, y: Dict[str, Any]) -> None:
+    """Our resilience keys, mapped onto what MindFormers 1.9.0 has (README lists the rest):
+    - non-finite steps: MFTrainOneStepCell skips the update when the gradients overflow (its loss
+      scaler, runner_wrapper.scale_sense); check_for_nan_in_loss_and_grad stays off, since it stops
+      the run at the first NaN loss where resilience.max_nonfinite_in_row allows skips.
+    - resilience.async_save -> CheckpointMonitor.async_save.
+    - loss / global-norm monitoring: MFLossMonitor prints both every step; PretrainLossLog records them.
+    - data skip: MindFormers skips the samples a resumed run already trained (dataset.set_init_step);
+      a new phase starts at its first sample (ignore_data_skip)."""
+    y["check_for_nan_in_loss_and_grad"] = False
+    for cb in y["callbacks"]:
+        if cb["type"] == "CheckpointMonitor":
+            cb["async_save"] = bool(cfg.resilience.async_save)
 
 
 def write_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> List[Path]:
