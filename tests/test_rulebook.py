@@ -79,8 +79,8 @@ def test_model_parallel_layouts_go_to_the_mindformers_engine(compose_many):
     assert validate.engine(zero) == "mindformers" and validate.training_problems(zero) == []
     dp2 = compose_many(["parallel=dp2", "hardware=cpu_2proc"])
     assert validate.engine(dp2) == "pretrain" and validate.training_problems(dp2) == []
-    assert validate.training_problems(compose_many(["parallel=dp2", "hardware=cpu_2proc",
-                                                    "train.engine=mindformers"])) == []
+    one = compose_many(["train.engine=mindformers"])
+    assert validate.engine(one) == "mindformers" and validate.training_problems(one) == []   # the CPU proof
 
 
 def test_model_parallel_on_cpu_is_refused_naming_mindsporess_blocker(compose_many):
@@ -89,6 +89,10 @@ def test_model_parallel_on_cpu_is_refused_naming_mindsporess_blocker(compose_man
     found = validate.training_problems(cfg)
     assert any("tp(8) pp(8) > 1 on hardware.device=cpu" in ln and "libmindspore_frontend.so" in ln
                and "only support Ascend/GPU backend" in ln for ln in found), found
+    (dp2,) = validate.training_problems(compose_many(["parallel=dp2", "hardware=cpu_2proc",
+                                                      "train.engine=mindformers"]))
+    assert "BaseTrainer._check_global_batch_size_for_auto_parallel" in dp2 and "_valid_parallel_config" in dp2
+    assert "only support Ascend/GPU backend" in dp2 and "train.engine=pretrain" in dp2
     typo = compose_many(["train.engine=megatron"])
     assert any("train.engine='megatron' must be one of auto, pretrain, mindformers" in ln
                for ln in validate.problems(typo))

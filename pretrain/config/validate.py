@@ -361,6 +361,13 @@ def _engine(cfg) -> Iterator[str]:
     if hw.device == "cpu" and split:
         yield (f"parallel={p.name}: {' '.join(split)} > 1 on hardware.device=cpu: {SEMI_AUTO_ON_CPU}; "
                f"plan it here with dry_run=true and train it on an ascend hardware option")
+    elif hw.device == "cpu" and p.dp > 1:
+        yield (f"parallel.dp={p.dp} with train.engine=mindformers on hardware.device=cpu: MindFormers 1.9.0's "
+               f"trainer runs data parallel only under semi_auto_parallel (in data_parallel mode "
+               f"BaseTrainer._check_global_batch_size_for_auto_parallel in mindformers/trainer/base_trainer.py "
+               f"resets parallel_config.data_parallel to 1, and GPTModel's initialize_model_parallel -> "
+               f"_valid_parallel_config in parallel_core/inference/parallel_state.py then refuses world size "
+               f"{p.dp} != 1), and {SEMI_AUTO_ON_CPU}; on CPU use train.engine=pretrain (or auto) for data parallel")
     if hw.device == "cpu" and p.zero_stage > 0:
         yield (f"parallel.zero_stage={p.zero_stage} on hardware.device=cpu: MindSpore's optimizer parallel is "
                f"not run on CPU by this project (the CPU proof covers data parallel only); set "

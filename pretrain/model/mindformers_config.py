@@ -140,10 +140,15 @@ def context_block(cfg: DictConfig) -> Dict[str, Any]:
 
 
 def is_semi_auto(cfg: DictConfig) -> bool:
-    """Data parallel alone runs in MindSpore's DATA_PARALLEL mode (every rank a full replica, our
-    step all-reduces the gradients); any split of the model itself needs SEMI_AUTO_PARALLEL."""
+    """Data parallel alone on our loop runs in MindSpore's DATA_PARALLEL mode (every rank a full
+    replica, our step all-reduces the gradients); any split of the model itself needs
+    SEMI_AUTO_PARALLEL, and so does data parallel on MindFormers' trainer, which in DATA_PARALLEL mode
+    resets parallel_config.data_parallel to 1 (BaseTrainer._check_global_batch_size_for_auto_parallel)
+    and then fails its own world-size check when it builds the Mcore model."""
+    from pretrain.config.validate import engine
     p = cfg.parallel
-    return not int(p.tp) == int(p.pp) == int(p.cp) == int(p.ep) == 1
+    split = not int(p.tp) == int(p.pp) == int(p.cp) == int(p.ep) == 1
+    return split or (engine(cfg) == "mindformers" and int(p.dp) > 1)
 
 
 def pipeline_offset(cfg: DictConfig) -> Any:
