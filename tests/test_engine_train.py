@@ -101,3 +101,28 @@ def test_mindformers_trainer_trains_from_the_exported_yaml_and_resumes_from_its_
     assert summary["engine"] == "mindformers" and phase["resumed_at"] == 20 and phase["steps"] == STEPS - 20
     print(f"\nmindformers engine: {STEPS} steps, loss {curve[0]['loss']:.3f} -> {curve[-1]['loss']:.3f}, "
           f"resumed at step 20, {phase['tokens_per_s']:.0f} tokens/s")
+
+
+def test_mindformers_trainer_chains_the_curriculum_with_our_lr(start, tmp_path):
+    """phase=all: each phase is a MindFormers run of its own (one Trainer per process), starting from the
+    previous phase's final checkpoint (weights, Adam moments, global step) on its own data, at our LR."""
+    from omegaconf import OmegaConf
+
+    from pretrain.config import validate
+    out = finish(start(*[a for a in SMALL if a != "phase=general"]))
+    run = tmp_path / "run"
+    cfg = OmegaConf.load(run / "config.yaml")
+    plist = validate.phases(cfg)
+    ours = curriculum(plist, [validate.phase_steps(cfg, p) for p in plist])
+    ends = []
+    for phase, lr in zip(plist, ours):
+        rows = [json.loads(x) for x in (run / "mindformers" / phase.name / "losses.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == list(range(1, lr.steps + 1)), phase.name
+        for r in rows:
+            assert r["lr"] == pytest.approx(lr.at(r["step"] - 1), rel=1e-5), (phase.name, r)
+        ends.append((rows[0]["loss"], rows[-1]["loss"]))
+    general, reasoning, anneal = ends
+    assert general[1] < general[0] - 0.5
+    assert reasoning[0] < general[0] - 0.5 and anneal[0] < general[0] - 0.5, "each phase starts from the trained weights"
+    summary = json.loads((run / "summary.json").read_text())
+    assert [p["phase"] for p in summary["phases"]] == ["general", "reasoning", "anneal"], out[-3000:]

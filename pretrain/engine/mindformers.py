@@ -3,12 +3,14 @@ per-phase yamls (run_dir/mindformers_<phase>.yaml), for the layouts our loop doe
 
 What MindFormers' run script (run_mindformer.py) does, for one rank, reading only the frozen run
 dir: MindFormerConfig(yaml) -> build_context -> (on CPU) pretrain/model/cpu_compat.py -> register
-our LR class, shard loader and loss log -> Trainer(config).train(). Phases run in order; a phase
-whose own checkpoints exist resumes from the newest (with data skip), a finished phase is skipped.
+our LR class, shard loader and loss log -> Trainer(config).train(). Phases run in order, each in a
+process of its own (MindFormers builds one Trainer per process); a phase whose own checkpoints exist
+resumes from the newest (with data skip), a finished phase is skipped.
 Launchers reach it through pretrain.worker (msrun, node scripts, Slurm) or in-process (one device),
 which dispatch on pretrain.config.validate.engine(cfg).
 """
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -137,12 +139,22 @@ def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
         if only not in names:
             raise PretrainRunError(f"phase {only!r} is not a phase of the run in {run_dir} ({', '.join(names)})")
         names = [only]
+    exported = engine_phases.export_phases(cfg, run_dir)
+    todo = [n for n in names if newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, n))
+            < int(exported[n]["pretrain_phase"]["steps"])]   # a done phase's final checkpoint starts the next
     results = []
-    for name in names:
-        steps = int(engine_phases.export_phases(cfg, run_dir)[name]["pretrain_phase"]["steps"])
-        if newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, name)) >= steps:
-            continue   # done: its final checkpoint is where the next phase starts
-        results.append(run_phase(cfg, run_dir, name))
+    if len(todo) > 1:
+        # MindFormers 1.9.0 builds one Trainer per process: a second one fails on its module-level state
+        # ("Parameter 'indexer_loss' already registered"), so each phase is a process of its own: here
+        # (one device) a child; under msrun the launcher starts one launch per phase (PHASE argument).
+        if validate.num_devices(cfg.hardware) > 1:
+            raise PretrainRunError(f"train.engine=mindformers trains one phase per launch on several devices; "
+                                   f"pass the phase: python -m pretrain.worker {run_dir} {todo[0]}")
+        for name in todo:
+            subprocess.run([sys.executable, "-m", "pretrain.engine.mindformers", str(run_dir), name], check=True)
+            results.extend(json.loads((run_dir / "summary.json").read_text())["phases"])
+    elif todo:
+        results.append(run_phase(cfg, run_dir, todo[0]))
     summary = {"run_dir": str(run_dir), "engine": "mindformers", "phases": results}
     from pretrain.train import ranks
     if ranks.is_logging_rank():

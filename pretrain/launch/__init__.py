@@ -9,7 +9,7 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
@@ -37,8 +37,9 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
         write_engine_yamls(cfg, run_dir)
         from pretrain.config.validate import engine
         where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.runner"
-        print("would run:", f"in this process ({where})" if in_process
-              else shlex.join(msrun.command(cfg, run_dir.resolve())))
+        for phase in ([None] if in_process else engine_launches(cfg)):
+            print("would run:", f"in this process ({where})" if in_process
+                  else shlex.join(msrun.command(cfg, run_dir.resolve(), phase=phase)))
         return {}
     if hw.device == "ascend" and shutil.which("npu-smi") is None:
         raise PretrainRunError(
@@ -56,11 +57,19 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
         from pretrain.engine import train
         return measured(train(cfg))
     started = time.time()
-    msrun.run_local(cfg, run_dir)
+    for phase in engine_launches(cfg):
+        msrun.run_local(cfg, run_dir, phase)
     summary = run_dir / "summary.json"   # rank 0 writes it when it finishes
     if not summary.is_file() or summary.stat().st_mtime < started:
         return {}
     return measured(json.loads(summary.read_text()))
+
+
+def engine_launches(cfg: DictConfig) -> List[Optional[str]]:
+    """One msrun launch for our loop (it chains the phases itself); one per phase for MindFormers'
+    engine, whose trainer runs once per process (pretrain/engine/mindformers.py)."""
+    from pretrain.config.validate import engine, phases
+    return [str(p.name) for p in phases(cfg)] if engine(cfg) == "mindformers" else [None]
 
 
 def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> None:

@@ -37,18 +37,19 @@ _NOISE = ("[WARNING]", "[INFO]", " - WARNING - ", " - INFO - ", "%|")
 _REPORT_STARTS = ("Traceback (most recent call last)", "error:", "watchdog:", "Fatal Python error")
 
 
-def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0) -> List[str]:
-    """The msrun command line for one node (ranks read run_dir/config.yaml)."""
+def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0, phase: Optional[str] = None) -> List[str]:
+    """The msrun command line for one node (ranks read run_dir/config.yaml); `phase`: the one phase
+    MindFormers' engine trains in this launch."""
     hw = cfg.hardware
     return ["msrun", f"--worker_num={num_devices(hw)}", f"--local_worker_num={hw.devices_per_node}",
             f"--master_addr={hw.master_addr}", f"--master_port={hw.master_port}", f"--node_rank={node_rank}",
             f"--log_dir={run_dir / 'logs'}", "--join=True", f"--cluster_time_out={CLUSTER_TIME_OUT_S}",
             # the node's first rank on the console (rank 0's progress bar); every rank's log in log_dir
             f"--tail_worker_log={node_rank * int(hw.devices_per_node)}",
-            "python", "-m", "pretrain.worker", str(run_dir)]
+            "python", "-m", "pretrain.worker", str(run_dir), *([phase] if phase else [])]
 
 
-def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
+def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None) -> Dict[str, float]:
     """Run every rank on this host under msrun (in this directory, so the frozen config's relative
     paths mean what they meant here); fail fast with the first failing rank's last lines."""
     run_dir = run_dir.resolve()
@@ -60,7 +61,7 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
     env = dict(os.environ)
     # msrun starts `python` from PATH: make it this interpreter.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    cmd = command(cfg, run_dir)
+    cmd = command(cfg, run_dir, phase=phase)
     print("launch:", shlex.join(cmd), flush=True)
     started = time.time()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
