@@ -170,7 +170,7 @@ class TrainConfig:
     save_every_minutes: float = between(0.0, 1e6, 60.0, low_open=True)
     keep_checkpoint_max: int = between(1, 10**6, 3)   # the newest checkpoint is the resume point
     efficiency: float = between(0.0, 1.0, 0.45, low_open=True)   # assumed fraction of peak FLOP/s
-    engine: str = "auto"                      # auto | pretrain (our loop) | mindformers (MindFormers' trainer)
+    engine: str = "auto"                      # auto | pretrain (our loop) | mindformers (its trainer)
 
 
 @dataclass

@@ -222,9 +222,9 @@ def _batch(cfg) -> Iterator[str]:
         yield (f"train.global_batch_size({t.global_batch_size}) % (parallel.micro_batch_size({p.micro_batch_size}) * "
                f"dp({p.dp}) = {per_step}) = {t.global_batch_size % per_step}: gradient accumulation needs a whole number")
     elif p.pipeline_schedule == "zero_bubble" and p.pp > 1 and t.global_batch_size // per_step < 2 * p.pp:
-        yield (f"train.grad_accum({t.global_batch_size // per_step}) < 2 * parallel.pp({p.pp}): the zero-bubble "
-               f"schedule (ZB-V) needs at least 2·pp micro-batches per step; raise train.global_batch_size or "
-               f"use pipeline_schedule=1f1b")
+        yield (f"train.grad_accum({t.global_batch_size // per_step}) < 2 * parallel.pp({p.pp}): the "
+               f"zero-bubble schedule (ZB-V) needs at least 2·pp micro-batches per step; raise "
+               f"train.global_batch_size or use pipeline_schedule=1f1b")
     elif p.vpp > 1 and (t.global_batch_size // per_step) % p.pp:
         yield (f"train.grad_accum({t.global_batch_size // per_step}) % parallel.pp({p.pp}) != 0: the interleaved "
                f"schedule (vpp={p.vpp}) needs micro-batches in multiples of pp")
@@ -320,8 +320,8 @@ ENGINES = ("auto", "pretrain", "mindformers")
 # auto_parallel mode, currently only support Ascend/GPU backend" when it compiles a graph of a split
 # model on CPU: tensor/pipeline/context/expert parallel exist on Ascend (and GPU) only.
 SEMI_AUTO_ON_CPU = ("MindSpore 2.9.0 refuses semi_auto_parallel on CPU (its parallel frontend, "
-                    "libmindspore_frontend.so, raises 'for semi_auto_parallel/auto_parallel mode, currently only "
-                    "support Ascend/GPU backend' when it compiles the graph)")
+                    "libmindspore_frontend.so, raises 'for semi_auto_parallel/auto_parallel mode, "
+                    "currently only support Ascend/GPU backend' when it compiles the graph)")
 
 
 def _model_split(p) -> List[str]:
@@ -350,32 +350,33 @@ def _engine(cfg) -> Iterator[str]:
         return   # problems() names it
     if which == "pretrain":
         if split:
-            yield (f"parallel={p.name}: {' '.join(split)} > 1 with train.engine=pretrain: this project's training "
-                   f"loop runs one device or plain data parallel only; set train.engine=mindformers (or auto) "
-                   f"so MindFormers' trainer runs it")
+            yield (f"parallel={p.name}: {' '.join(split)} > 1 with train.engine=pretrain: this project's "
+                   f"training loop runs one device or plain data parallel only; set "
+                   f"train.engine=mindformers (or auto) so MindFormers' trainer runs it")
         if p.zero_stage > 0:
-            yield (f"parallel.zero_stage={p.zero_stage} with train.engine=pretrain: ZeRO is MindSpore's optimizer "
-                   f"parallel, which this project's loop does not run (every rank keeps the full optimizer); set "
-                   f"parallel.zero_stage=0 or train.engine=mindformers (or auto)")
+            yield (f"parallel.zero_stage={p.zero_stage} with train.engine=pretrain: ZeRO is MindSpore's "
+                   f"optimizer parallel, which this project's loop does not run (every rank keeps the full "
+                   f"optimizer); set parallel.zero_stage=0 or train.engine=mindformers (or auto)")
         return
     if hw.device == "cpu" and split:
         yield (f"parallel={p.name}: {' '.join(split)} > 1 on hardware.device=cpu: {SEMI_AUTO_ON_CPU}; "
                f"plan it here with dry_run=true and train it on an ascend hardware option")
     elif hw.device == "cpu" and p.dp > 1:
-        yield (f"parallel.dp={p.dp} with train.engine=mindformers on hardware.device=cpu: MindFormers 1.9.0's "
-               f"trainer runs data parallel only under semi_auto_parallel (in data_parallel mode "
-               f"BaseTrainer._check_global_batch_size_for_auto_parallel in mindformers/trainer/base_trainer.py "
-               f"resets parallel_config.data_parallel to 1, and GPTModel's initialize_model_parallel -> "
-               f"_valid_parallel_config in parallel_core/inference/parallel_state.py then refuses world size "
-               f"{p.dp} != 1), and {SEMI_AUTO_ON_CPU}; on CPU use train.engine=pretrain (or auto) for data parallel")
+        yield (f"parallel.dp={p.dp} with train.engine=mindformers on hardware.device=cpu: MindFormers "
+               f"1.9.0's trainer runs data parallel only under semi_auto_parallel (in data_parallel mode "
+               f"BaseTrainer._check_global_batch_size_for_auto_parallel in "
+               f"mindformers/trainer/base_trainer.py resets parallel_config.data_parallel to 1, and "
+               f"GPTModel's initialize_model_parallel -> _valid_parallel_config in "
+               f"parallel_core/inference/parallel_state.py then refuses world size {p.dp} != 1), and "
+               f"{SEMI_AUTO_ON_CPU}; on CPU use train.engine=pretrain (or auto) for data parallel")
     if hw.device == "cpu" and p.zero_stage > 0:
-        yield (f"parallel.zero_stage={p.zero_stage} on hardware.device=cpu: MindSpore's optimizer parallel is "
-               f"not run on CPU by this project (the CPU proof covers data parallel only); set "
+        yield (f"parallel.zero_stage={p.zero_stage} on hardware.device=cpu: MindSpore's optimizer parallel "
+               f"is not run on CPU by this project (the CPU proof covers data parallel only); set "
                f"parallel.zero_stage=0 on CPU, or plan it with dry_run=true")
     if float(cfg.train.z_loss) > 0:
-        yield (f"train.z_loss={cfg.train.z_loss} with train.engine=mindformers: MindFormers 1.9.0's language-model "
-               f"loss has no z-loss term; set train.z_loss=0 or train on one device / plain data parallel "
-               f"(train.engine=pretrain)")
+        yield (f"train.z_loss={cfg.train.z_loss} with train.engine=mindformers: MindFormers 1.9.0's "
+               f"language-model loss has no z-loss term; set train.z_loss=0 or train on one device / plain "
+               f"data parallel (train.engine=pretrain)")
 
 
 def _mindformers(cfg) -> Iterator[str]:

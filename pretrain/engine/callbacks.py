@@ -1,6 +1,7 @@
 """`PretrainLossLog`: a MindFormers callback that appends each step's loss, learning rate, global
 norm and overflow flag to run_dir/mindformers/<phase>/losses.jsonl (the curve our tests and the
 run summary read; MindFormers' own MFLossMonitor only prints them)."""
+
 import json
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ _registered = False
 
 def log_path(run_dir: Path, phase: str) -> Path:
     from pretrain.engine.phases import output_dir
+
     return output_dir(run_dir, phase) / "losses.jsonl"
 
 
@@ -38,13 +40,19 @@ def register() -> None:
 
         def on_train_step_end(self, run_context: Any) -> None:
             from pretrain.train import ranks
+
             if not ranks.is_logging_rank():
                 return
             cb = run_context.original_args()
             loss, overflow, _, lr, norm = _get_loss_output(cb.net_outputs)
-            row = {"step": self.first_step + int(cb.cur_step_num), "loss": float(loss),
-                   "lr": None if lr is None else float(lr), "grad_norm": None if norm is None else float(norm),
-                   "overflow": bool(overflow), "time": time.time()}
+            row = {
+                "step": self.first_step + int(cb.cur_step_num),
+                "loss": float(loss),
+                "lr": None if lr is None else float(lr),
+                "grad_norm": None if norm is None else float(norm),
+                "overflow": bool(overflow),
+                "time": time.time(),
+            }
             with open(self.path, "a") as fh:
                 fh.write(json.dumps(row) + "\n")
 

@@ -11,6 +11,7 @@ micro-batches (and gradient-accumulation / pipeline micro-batches) of optimizer 
 batch(s) split in order. It is random access, so MindFormers' data skip on resume
 (dataset.set_init_step) lands on the same sample our loop would resume at.
 """
+
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -29,13 +30,17 @@ class PhaseSamples:
         from pretrain.config.validate import phase_steps, phases
         from pretrain.data.prepare import prepare
         from pretrain.train.runner import make_loader
+
         cfg = OmegaConf.load(Path(run_dir) / "config.yaml")
         (ph,) = [p for p in phases(cfg) if str(p.name) == phase] or [None]
         if ph is None:
             from pretrain.config.errors import PretrainConfigError
-            raise PretrainConfigError(f"phase {phase!r} is not a phase of the run in {run_dir} "
-                                      f"({', '.join(str(p.name) for p in phases(cfg))})")
-        prepared = prepare(cfg.data, progress=False)     # ready in the cache: only reads the manifests
+
+            raise PretrainConfigError(
+                f"phase {phase!r} is not a phase of the run in {run_dir} "
+                f"({', '.join(str(p.name) for p in phases(cfg))})"
+            )
+        prepared = prepare(cfg.data, progress=False)  # ready in the cache: only reads the manifests
         self.loader = make_loader(cfg, prepared, ph, "train", int(shard_id), int(num_shards))
         self.per_step = self.loader.batch_size
         self.samples = phase_steps(cfg, ph) * self.per_step
@@ -52,20 +57,30 @@ class PhaseSamples:
         return b["input_ids"][j], b["labels"][j], b["loss_mask"][j]
 
 
-def build(run_dir: str, phase: str, column_names: List[str], shard_id: int = 0, num_shards: int = 1,
-          **unused: Dict[str, Any]) -> Any:
+def build(
+    run_dir: str,
+    phase: str,
+    column_names: List[str],
+    shard_id: int = 0,
+    num_shards: int = 1,
+    **unused: Dict[str, Any],
+) -> Any:
     """The MindSpore dataset MindFormers batches (kwargs from the yaml's data_loader block plus
     MindFormers' own: shard_id, num_shards, column_names, batch_size, ...)."""
     import mindspore.dataset as ds
+
     source = PhaseSamples(run_dir, phase, shard_id or 0, num_shards or 1)
     names = list(column_names)
     if names != ["input_ids", "labels", "loss_mask"]:
         from pretrain.config.errors import PretrainConfigError
-        raise PretrainConfigError(f"train_dataset.input_columns={names}: {LOADER_TYPE} yields "
-                                  f"input_ids, labels, loss_mask")
+
+        raise PretrainConfigError(
+            f"train_dataset.input_columns={names}: {LOADER_TYPE} yields input_ids, labels, loss_mask"
+        )
     # the shard is chosen by our loader already: the dataset itself is not sharded again
-    return ds.GeneratorDataset(source, column_names=names, shuffle=False, num_parallel_workers=1,
-                               python_multiprocessing=False)
+    return ds.GeneratorDataset(
+        source, column_names=names, shuffle=False, num_parallel_workers=1, python_multiprocessing=False
+    )
 
 
 def register() -> None:
@@ -77,9 +92,18 @@ def register() -> None:
     class PretrainShardLoader:
         """Registered factory: MindFormers instantiates it with the data_loader kwargs."""
 
-        def __new__(cls, run_dir: str, phase: str, column_names: List[str], shard_id: int = 0,
-                    num_shards: int = 1, **kwargs: Any) -> Any:
+        def __new__(
+            cls,
+            run_dir: str,
+            phase: str,
+            column_names: List[str],
+            shard_id: int = 0,
+            num_shards: int = 1,
+            **kwargs: Any,
+        ) -> Any:
             return build(run_dir, phase, column_names, shard_id, num_shards, **kwargs)
 
-    MindFormerRegister.register_cls(PretrainShardLoader, MindFormerModuleType.DATASET_LOADER, alias=LOADER_TYPE)
+    MindFormerRegister.register_cls(
+        PretrainShardLoader, MindFormerModuleType.DATASET_LOADER, alias=LOADER_TYPE
+    )
     _registered = True

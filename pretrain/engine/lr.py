@@ -12,6 +12,7 @@ is schedule.lr_at(phase, i), clamped to the phase's first/last step outside it.
 `register()` adds it to MindFormers' registry (idempotent); the yaml names it as
 `lr_schedule.type: PretrainPhaseLR`. mindspore is imported only there.
 """
+
 import math
 from typing import Any, Dict
 
@@ -23,8 +24,12 @@ _registered = False
 
 def lr_block(phase: PhaseLR, first_step: int) -> Dict[str, Any]:
     """The yaml's lr_schedule for one phase that starts at optimizer step `first_step`."""
-    return {"type": LR_TYPE, "first_step": int(first_step), "learning_rate": float(phase.peak),
-            **{k: v for k, v in phase.to_dict().items()}}
+    return {
+        "type": LR_TYPE,
+        "first_step": int(first_step),
+        "learning_rate": float(phase.peak),
+        **{k: v for k, v in phase.to_dict().items()},
+    }
 
 
 def register() -> None:
@@ -39,8 +44,19 @@ def register() -> None:
     class PretrainPhaseLR(LearningRateSchedule):
         """schedule.lr_at(phase, global_step - first_step) in float32, graph-compilable."""
 
-        def __init__(self, name: str, steps: int, start: float, peak: float, end: float, warmup_steps: int,
-                     schedule: str, first_step: int = 0, wsd_decay_fraction: float = 0.2, **kwargs):
+        def __init__(
+            self,
+            name: str,
+            steps: int,
+            start: float,
+            peak: float,
+            end: float,
+            warmup_steps: int,
+            schedule: str,
+            first_step: int = 0,
+            wsd_decay_fraction: float = 0.2,
+            **kwargs,
+        ):
             super().__init__()
             self.kind = str(schedule)
             self.first_step = float(first_step)
@@ -64,10 +80,11 @@ def register() -> None:
                 decayed = self.end + (self.peak - self.end) * 0.5 * (1.0 + ops.cos(self.pi * t))
             elif self.kind == "linear":
                 decayed = self.peak + (self.end - self.peak) * t
-            else:   # wsd: stable, then linear over the last `decay` steps
+            else:  # wsd: stable, then linear over the last `decay` steps
                 into = (i - self.warmup + 1.0) - (self.span - self.decay)
-                decayed = ops.select(into > 0.0, self.peak + (self.end - self.peak) * into / self.decay,
-                                     self.zero + self.peak)
+                decayed = ops.select(
+                    into > 0.0, self.peak + (self.end - self.peak) * into / self.decay, self.zero + self.peak
+                )
             return ops.select(i < self.warmup, warm, decayed)
 
     MindFormerRegister.register_cls(PretrainPhaseLR, MindFormerModuleType.LR, alias=LR_TYPE)

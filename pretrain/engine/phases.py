@@ -16,6 +16,7 @@ checkpoint format) keys, read from mindformers/trainer/base_trainer.py and train
   per-rank shards into this layout); model-parallel layouts save their strategy file.
 - train_dataset: our MindRecord shards through `PretrainShardLoader` (pretrain/engine/dataset.py).
 """
+
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -54,6 +55,7 @@ def previous_final_lr(cfg: DictConfig, run_dir: Path) -> Optional[float]:
     from omegaconf import OmegaConf
 
     from pretrain.train.runner import previous_phase
+
     prev = previous_phase(str(phases(cfg)[0].name))
     path = yaml_path(run_dir, prev) if prev else None
     if path is None or not path.is_file():
@@ -79,11 +81,12 @@ def _steps_before(cfg: DictConfig, run_dir: Path) -> int:
     from omegaconf import OmegaConf
 
     from pretrain.train.runner import CURRICULUM
+
     name = str(phases(cfg)[0].name)
     if name not in CURRICULUM:
         return 0
     total = 0
-    for prev in CURRICULUM[:CURRICULUM.index(name)]:
+    for prev in CURRICULUM[: CURRICULUM.index(name)]:
         path = yaml_path(run_dir, prev)
         if path.is_file():
             total += int(OmegaConf.load(path).lr_schedule.steps)
@@ -97,23 +100,32 @@ def export_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> Dict
     starts = first_steps(cfg, run_dir, lrs)
     out: Dict[str, Dict[str, Any]] = {}
     from pretrain.train.runner import previous_phase
+
     for i, (phase, lr, first) in enumerate(zip(plist, lrs, starts)):
         name = str(phase.name)
         prev = str(plist[i - 1].name) if i else previous_phase(name) if len(plist) == 1 else None
-        y = mfc.export(cfg, first_phase=phase, first_phase_steps=lr.steps, first_phase_peak=lr.peak,
-                       pad_token_id=pad_token_id, run_dir=str(Path(run_dir).resolve()), phase_name=name)
+        y = mfc.export(
+            cfg,
+            first_phase=phase,
+            first_phase_steps=lr.steps,
+            first_phase_peak=lr.peak,
+            pad_token_id=pad_token_id,
+            run_dir=str(Path(run_dir).resolve()),
+            phase_name=name,
+        )
         y["lr_schedule"] = lr_block(lr, first)
         y["output_dir"] = str(output_dir(run_dir, name))
         y["load_checkpoint"] = str(checkpoint_dir(run_dir, prev)) if prev else ""
         y["resume_training"] = bool(prev)
-        y["ignore_data_skip"] = bool(prev)      # a new phase reads its own data from its first sample
-        y["auto_trans_ckpt"] = mfc.is_semi_auto(cfg)   # per-rank shards resharded when the layout changed
+        y["ignore_data_skip"] = bool(prev)  # a new phase reads its own data from its first sample
+        y["auto_trans_ckpt"] = mfc.is_semi_auto(cfg)  # per-rank shards resharded when the layout changed
         y["load_ckpt_format"] = "safetensors"
-        y["runner_config"]["epochs"] = 1        # one pass over the phase's samples = the phase's steps
+        y["runner_config"]["epochs"] = 1  # one pass over the phase's samples = the phase's steps
         resilience(cfg, y)
-        y["callbacks"].append({"type": "PretrainLossLog", "path": str(output_dir(run_dir, name) / "losses.jsonl")})
-        y["pretrain_phase"] = {"name": name, "steps": lr.steps, "first_step": first,
-                               "previous": prev or None}
+        y["callbacks"].append(
+            {"type": "PretrainLossLog", "path": str(output_dir(run_dir, name) / "losses.jsonl")}
+        )
+        y["pretrain_phase"] = {"name": name, "steps": lr.steps, "first_step": first, "previous": prev or None}
         out[name] = y
     return out
 
@@ -135,6 +147,7 @@ def resilience(cfg: DictConfig, y: Dict[str, Any]) -> None:
 
 def write_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> List[Path]:
     from pretrain.io import write_atomic
+
     written = []
     for name, y in export_phases(cfg, run_dir, pad_token_id).items():
         path = yaml_path(run_dir, name)
