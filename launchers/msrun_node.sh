@@ -9,8 +9,14 @@
 set -euo pipefail
 RUN_DIR=${1:?usage: msrun_node.sh RUN_DIR}
 : "${WORKER_NUM:?total ranks of the job}" "${LOCAL_WORKER_NUM:?ranks on this node}" "${NODE_RANK:?the rank of this node}"
-exec msrun --worker_num="$WORKER_NUM" --local_worker_num="$LOCAL_WORKER_NUM" \
-  --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${MASTER_PORT:-8118}" \
-  --node_rank="$NODE_RANK" --log_dir="$RUN_DIR/logs" --join=True \
-  --cluster_time_out="${CLUSTER_TIME_OUT:-600}" \
-  python -m pretrain.worker "$RUN_DIR"
+# PHASES (space-separated, set by the node scripts for train.engine=mindformers): one msrun per
+# phase, in order, since MindFormers' trainer runs once per process; empty: one msrun (our loop
+# chains the phases itself).
+for phase in ${PHASES:-all}; do
+  [[ -n "${PHASES:-}" ]] || phase=""
+  msrun --worker_num="$WORKER_NUM" --local_worker_num="$LOCAL_WORKER_NUM" \
+    --master_addr="${MASTER_ADDR:-127.0.0.1}" --master_port="${MASTER_PORT:-8118}" \
+    --node_rank="$NODE_RANK" --log_dir="$RUN_DIR/logs" --join=True \
+    --cluster_time_out="${CLUSTER_TIME_OUT:-600}" \
+    python -m pretrain.worker "$RUN_DIR" ${phase:+"$phase"}
+done

@@ -36,8 +36,9 @@ def load_frozen(run_dir: Path):
 
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not (Path(args[0]) / "config.yaml").is_file():
-        print("usage: python -m pretrain.worker RUN_DIR  (RUN_DIR holds the frozen config.yaml)", file=sys.stderr)
+    if not 1 <= len(args) <= 2 or not (Path(args[0]) / "config.yaml").is_file():
+        print("usage: python -m pretrain.worker RUN_DIR [PHASE]  (RUN_DIR holds the frozen config.yaml; PHASE: "
+              "the one phase train.engine=mindformers trains in this launch)", file=sys.stderr)
         return 2
     run_dir = Path(args[0]).resolve()
     if os.environ.get("MS_ROLE") == "MS_SCHED":
@@ -53,10 +54,10 @@ def main(argv=None) -> int:
     os.environ[STATUS_ENV] = str(status_path(run_dir, rank))   # the watchdog's exit writes it too
     status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
-        from pretrain.train.runner import run
+        from pretrain.engine import train as run   # our loop or MindFormers' trainer (validate.engine)
         cfg = load_frozen(run_dir)
         cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
-        summary = run(cfg)
+        summary = run(cfg, *args[1:])
         status.update(exit=0, error="", **summary.get("rank_evidence", {}))
     except USER_ERRORS as exc:
         status.update(exit=2, error=str(exc).splitlines()[0])

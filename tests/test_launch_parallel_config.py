@@ -14,36 +14,43 @@ from pretrain.plan.planner import plan
 BIG = ["model=llama3_70b", "hardware=ascend910b_8x8"]
 
 
+def load_as_mindformers_does(path, world):
+    """A mindformers yaml -> what MindFormers' run script makes of it on `world` devices: its
+    validators, ParallelOperator's auto-parallel context, the TransformerOpParallelConfig, the Mcore
+    TransformerConfig and the per-stage layer split."""
+    from mindformers.core.context.parallel import ParallelOperator
+    from mindformers.core.context.validators import execute_validator
+    from mindformers.core.parallel_config import build_parallel_config
+    from mindformers.models.build_config import get_model_config
+    from mindformers.modules.transformer.transformer import TransformerOpParallelConfig
+    from mindformers.parallel_core.training_graph.transformer.utils import LayerSetting
+    from mindformers.tools.register import MindFormerConfig
+
+    config = MindFormerConfig(str(path))
+    execute_validator(config)                       # what build_context runs first
+    operator = ParallelOperator(config)             # sets parallel.pipeline_stages from parallel_config
+    # ParallelOperator.init_communication() after init(): device_num = the group size
+    ParallelOperator._set_ms_auto_parallel_context(**operator.parallel_ctx, device_num=world)
+    build_parallel_config(config)                   # dict -> TransformerOpParallelConfig (validated)
+    assert isinstance(config.parallel_config, TransformerOpParallelConfig)
+    config.model.model_config.parallel_config = config.parallel_config   # as MindFormers' trainer does
+    transformer = get_model_config(config.model).convert_to_transformer_config()
+    layers = LayerSetting(transformer.num_layers, transformer.offset, transformer,
+                          transformer.virtual_pipeline_model_parallel_size or 1)
+    return config, transformer, layers.layer_list
+
+
 @pytest.fixture
 def applied(mindformers, tmp_path):
     """export -> mindformers.yaml -> what MindFormers makes of it, for a composed config."""
     import mindspore as ms
 
     def apply(cfg):
-        from mindformers.core.context.parallel import ParallelOperator
-        from mindformers.core.context.validators import execute_validator
-        from mindformers.core.parallel_config import build_parallel_config
-        from mindformers.models.build_config import get_model_config
-        from mindformers.modules.transformer.transformer import TransformerOpParallelConfig
-        from mindformers.parallel_core.training_graph.transformer.utils import LayerSetting
-        from mindformers.tools.register import MindFormerConfig
-
         phase = cfg.phase.general if "general" in cfg.phase else cfg.phase
         path = tmp_path / "mindformers.yaml"
         path.write_text(mfc.to_yaml(mfc.export(cfg, first_phase=phase, first_phase_steps=100,
                                                first_phase_peak=float(cfg.train.lr_peak))))
-        config = MindFormerConfig(str(path))
-        execute_validator(config)                       # what build_context runs first
-        operator = ParallelOperator(config)             # sets parallel.pipeline_stages from parallel_config
-        # ParallelOperator.init_communication() after init(): device_num = the group size
-        ParallelOperator._set_ms_auto_parallel_context(**operator.parallel_ctx, device_num=num_devices(cfg.hardware))
-        build_parallel_config(config)                   # dict -> TransformerOpParallelConfig (validated)
-        assert isinstance(config.parallel_config, TransformerOpParallelConfig)
-        config.model.model_config.parallel_config = config.parallel_config   # as MindFormers' trainer does
-        transformer = get_model_config(config.model).convert_to_transformer_config()
-        layers = LayerSetting(transformer.num_layers, transformer.offset, transformer,
-                              transformer.virtual_pipeline_model_parallel_size or 1)
-        return config, transformer, layers.layer_list
+        return load_as_mindformers_does(path, num_devices(cfg.hardware))
 
     yield apply
     ms.reset_auto_parallel_context()
@@ -67,7 +74,7 @@ def test_70b_layouts_load_through_mindformers_and_agree_with_the_planner(layout,
     get = ms.get_auto_parallel_context
     assert get("parallel_mode") == "semi_auto_parallel" and get("device_num") == 64
     assert get("pipeline_stages") == p.pp and get("full_batch") is False
-    assert [list(s) for s in get("dataset_strategy")] == [[p.dp, 1]] * 5   # + actual_seq_len
+    assert [list(s) for s in get("dataset_strategy")] == [[p.dp, 1]] * len(mfc.input_columns(cfg))   # + position_ids, actual_seq_len
     sharded = p.zero_stage >= 1 and p.dp > 1
     assert get("enable_parallel_optimizer") is sharded
     if sharded:
@@ -99,6 +106,27 @@ def test_70b_layouts_load_through_mindformers_and_agree_with_the_planner(layout,
     if p.pipeline_layers is not None:
         assert layer_list.reshape(-1).tolist() == list(p.pipeline_layers)
     assert planned.bubble == pytest.approx(bubble_fraction(p.pp, t.micro_batch_num, p.vpp))
+
+
+@pytest.mark.parametrize("layout, zero", [("dp8tp4pp2", 1), ("dp8tp4pp2", 3), ("dp1tp8pp8", 0)])
+def test_checkpoint_plan_is_the_per_rank_shard_mindformers_writes(layout, zero, applied, compose_many):
+    """The planned checkpoint per device = the parameters MindFormers gives the rank's stage (its own
+    parallel config and layer split) in fp32 + Adam m, v, sharded by ZeRO as optimizer parallel shards."""
+    cfg = compose_many([*BIG, f"parallel={layout}", f"parallel.zero_stage={zero}"])
+    _, t, layer_list = applied(cfg)
+    m = cfg.model
+    hd = m.hidden_size // m.num_heads
+    layer = 2 * m.hidden_size * m.num_heads * hd + 2 * m.hidden_size * m.num_kv_heads * hd \
+        + 3 * m.hidden_size * m.ffn_hidden_size + 2 * m.hidden_size
+    first = (int(layer_list.sum(axis=0)[0]) * layer + m.vocab_size * m.hidden_size) / t.tensor_model_parallel_size
+    group = t.data_parallel_size
+    shard = 4 * first / (group if zero >= 3 else 1) + 8 * first / (group if zero >= 1 else 1)
+    planned = plan(cfg)
+    if planned.peak_stage == "last":   # the head and final norm instead of the embedding
+        last = (int(layer_list.sum(axis=0)[-1]) * layer + m.vocab_size * m.hidden_size + m.hidden_size)
+        first = last / t.tensor_model_parallel_size
+    shard = 4 * first / (group if zero >= 3 else 1) + 8 * first / (group if zero >= 1 else 1)
+    assert planned.checkpoint.gb_per_device == pytest.approx(shard / 1e9, rel=1e-6)
 
 
 @pytest.mark.parametrize("layout", ["dp8tp4pp2", "dp1tp8pp8", "dp2tp4pp8vpp2"])
@@ -146,5 +174,46 @@ def test_zero_bubble_is_mindsporess_zbv_with_two_virtual_stages(applied, compose
     good = compose_many([*BIG, "parallel=dp2tp4pp8vpp2", "parallel.pipeline_schedule=zero_bubble"])
     applied(good)   # TransformerConfig checks ZB-V's own rules (vpp 2, micro-batches >= 2·pp)
     assert ms.get_auto_parallel_context("pipeline_scheduler") == "zero_bubble_v"
+    # the planner plans the schedule MindSpore runs: ZB-V, no bubble, 1F1B's activation memory (L layers'
+    # worth on every rank) rather than the interleaved schedule's L(1 + (p-1)/(p*v))
+    zbv, interleaved = plan(good), plan(compose_many([*BIG, "parallel=dp2tp4pp8vpp2"]))
+    assert zbv.bubble == 0.0 < interleaved.bubble
+    assert zbv.memory_first.activations_gb < interleaved.memory_first.activations_gb
+    assert zbv.memory_first.activations_gb == pytest.approx(zbv.memory_last.activations_gb)
+    few = compose_many([*BIG, "parallel=dp2tp4pp8vpp2", "parallel.pipeline_schedule=zero_bubble",
+                        "train.global_batch_size=16"])
+    assert any("2 * parallel.pp(8)" in line for line in validate.problems(few))
     bad = compose_many([*BIG, "parallel=dp8tp4pp2", "parallel.pipeline_schedule=zero_bubble"])
     assert any("set parallel.vpp=2" in line for line in validate.problems(bad))
+
+
+def test_70b_dry_run_writes_per_phase_yamls_that_pass_mindformers_checks_on_64_devices(mindformers, cli, tmp_path,
+                                                                                       monkeypatch):
+    """The issue's must-show: engine mindformers, one yaml per phase, each loaded with MindFormerConfig and
+    passing MindFormers' own checks (validators, parallel context, parallel config, check_rules) on 64 devices."""
+    import mindspore as ms
+    from mindformers.tools import check_rules
+
+    proc = cli(*BIG, "parallel=dp8tp4pp2", "dry_run=true", "run_dir=run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "engine     mindformers" in proc.stdout
+    assert "engine mindformers: MindFormers yamls mindformers_general.yaml, mindformers_reasoning.yaml, " \
+           "mindformers_anneal.yaml" in proc.stdout
+    monkeypatch.setattr(check_rules, "get_real_group_size", lambda: 64)
+    try:
+        for phase in ("general", "reasoning", "anneal"):
+            config, t, _ = load_as_mindformers_does(tmp_path / "run" / f"mindformers_{phase}.yaml", 64)
+            # check_rules(config, mode="train") less its eval-metric part (_check_mode), which reads the
+            # metric list MindFormers' Trainer builds from its task defaults
+            check_rules._check_full_batch()
+            check_rules._check_parallel(config)              # dp*tp*cp*pp == device_num, pp vs layers, ...
+            check_rules._check_recompute(config)
+            check_rules._check_config_campacity(config)
+            check_rules._check_swap(config)
+            assert ms.get_auto_parallel_context("device_num") == 64 and ms.get_auto_parallel_context(
+                "pipeline_stages") == 2
+            assert (t.data_parallel_size, t.tensor_model_parallel_size, t.pipeline_model_parallel_size) == (8, 4, 2)
+            assert config.lr_schedule.type == "PretrainPhaseLR" and config.auto_trans_ckpt is True
+            assert config.train_dataset.data_loader.phase == phase
+    finally:
+        ms.reset_auto_parallel_context()

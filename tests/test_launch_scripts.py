@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BIG = ["model=llama3_70b", "parallel=dp4tp8pp2", "hardware=ascend910b_8x8"]   # fits; plan only
+BIG = ["model=llama3_70b", "parallel=dp4tp8pp2", "hardware=ascend910b_8x8"]   # fits; MindFormers' engine
 RUN = Path("runs") / "llama3_70b-dp4tp8pp2-ascend910b_8x8"
 
 RECORDER = """#!/usr/bin/env bash
@@ -50,21 +50,23 @@ def test_every_node_script_starts_its_ranks_against_the_master(cli, tmp_path, st
     for node in (0, 7):   # (the middle ones are summarised)
         assert f"node {node}: bash {launch / f'node_{node}.sh'}" in proc.stdout
     assert "submit_slurm.sh" in proc.stdout and "is this host's loopback" not in proc.stdout
-    assert "plan only: parallel=dp4tp8pp2: tp(8) pp(2) > 1" in proc.stdout   # said, not hidden
+    assert "engine     mindformers" in proc.stdout and "mindformers_general.yaml" in proc.stdout
 
     for node in range(8):   # each script run as a node would run it: from anywhere, by path
         subprocess.run(["bash", str(launch / f"node_{node}.sh")], env=env, cwd="/", check=True)
         assert os.stat(launch / f"node_{node}.sh").st_mode & stat.S_IXUSR
     runs = calls()
-    assert len(runs) == 8
-    for node, line in enumerate(runs):
+    phases = ["general", "reasoning", "anneal"]   # MindFormers' engine: one msrun per phase, in order
+    assert len(runs) == 8 * len(phases)
+    for i, line in enumerate(runs):
+        node, phase = divmod(i, len(phases))
         args = msrun_args(line)
         assert args["node_rank"] == str(node) and f"NODE_RANK={node}" in line
         assert (args["worker_num"], args["local_worker_num"]) == ("64", "8")
         assert (args["master_addr"], args["master_port"]) == ("10.1.2.3", "29500")
         assert args["log_dir"] == str(tmp_path / RUN / "logs") and args["join"] == "True"
         assert int(args["cluster_time_out"]) > 0
-        assert line.endswith(f"python -m pretrain.worker {tmp_path / RUN}")
+        assert line.endswith(f"python -m pretrain.worker {tmp_path / RUN} {phases[phase]}")
         assert f"PWD={tmp_path} " in line   # the config's relative paths resolve as at compose time
 
 
@@ -81,11 +83,12 @@ def test_slurm_submits_all_nodes_and_each_node_gets_its_rank(cli, tmp_path, stan
     subprocess.run(["bash", str(launch / "submit_slurm.sh")], env=env, cwd="/", check=True)
     (submit,) = calls()
     assert submit.startswith("sbatch ") and "--nodes=8" in submit and "LOCAL_WORKER_NUM=8" in submit
+    assert "PHASES=general reasoning anneal" in submit
     assert submit.endswith(f"{launch / 'slurm.sbatch'} {tmp_path / RUN}")
 
     # the batch script as Slurm runs it on an allocation of 8 nodes (first host: n-a)
     slurm_env = {**env, "SLURM_JOB_NUM_NODES": "8", "SLURM_JOB_NODELIST": "n-[a-h]", "LOCAL_WORKER_NUM": "8",
-                 "SLURM_SUBMIT_DIR": str(tmp_path)}
+                 "SLURM_SUBMIT_DIR": str(tmp_path), "PHASES": "general"}   # as sbatch --export passes it
     subprocess.run(["bash", str(launch / "slurm.sbatch"), str(tmp_path / RUN)], env=slurm_env, cwd=tmp_path, check=True)
     nodes = [msrun_args(line) for line in calls()[1:]]
     assert [a["node_rank"] for a in nodes] == [str(n) for n in range(8)]

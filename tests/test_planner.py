@@ -65,8 +65,9 @@ def test_bubble_fractions_f5():
     assert bubble_fraction(8, 16) == pytest.approx(7 / 23)
     assert bubble_fraction(8, 16) == pytest.approx(0.3045, abs=5e-4)   # Pangu Ultra reports 30.45%
     assert bubble_fraction(8, 16, vpp=2) == pytest.approx(7 / 39)
-    zb = bubble_fraction(8, 16, schedule="zero_bubble")                 # ZB-H1 idles (p-1)/(3m) of compute
-    assert zb / (1 - zb) == pytest.approx(7 / 48)
+    # zero_bubble is MindSpore's ZB-V: no bubble once m >= 2p micro-batches fill the V
+    assert bubble_fraction(8, 16, vpp=2, schedule="zero_bubble") == 0.0
+    assert bubble_fraction(8, 4, vpp=2, schedule="zero_bubble") == pytest.approx(7 / 15)
     assert bubble_fraction(1, 16) == 0.0
     assert bubble_fraction(8, 0) == bubble_fraction(8, 1)               # guarded, not a crash
 

@@ -66,16 +66,36 @@ def test_out_of_range_on_the_cli_is_one_line_exit_2_nothing_frozen(cli, tmp_path
     assert not any((tmp_path / "run" / name).exists() for name in ("config.yaml", "plan.json"))
 
 
-def test_model_parallel_layouts_are_plan_only(compose_many):
+def test_model_parallel_layouts_go_to_the_mindformers_engine(compose_many):
     cfg = compose_many([*BIG, "parallel.zero_stage=0"])
-    assert validate.problems(cfg) == []
-    (line,) = validate.training_problems(cfg)
-    assert "tp(4) pp(2) > 1" in line and "plan only" in line
+    assert validate.problems(cfg) == [] and validate.engine(cfg) == "mindformers"
+    assert validate.training_problems(cfg) == []            # MindFormers' trainer runs it on Ascend
+    ours = compose_many([*BIG, "parallel.zero_stage=0", "train.engine=pretrain"])
+    (line,) = validate.training_problems(ours)
+    assert "tp(4) pp(2) > 1 with train.engine=pretrain" in line and "train.engine=mindformers" in line
     with pytest.raises(PretrainConfigError, match="tp\\(4\\) pp\\(2\\)"):
-        validate.check_trainable(cfg)
+        validate.check_trainable(ours)
     zero = compose_many(["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8"])
-    assert any("parallel.zero_stage=1: ZeRO" in p for p in validate.training_problems(zero))
-    assert validate.training_problems(compose_many(["parallel=dp2", "hardware=cpu_2proc"])) == []
+    assert validate.engine(zero) == "mindformers" and validate.training_problems(zero) == []
+    dp2 = compose_many(["parallel=dp2", "hardware=cpu_2proc"])
+    assert validate.engine(dp2) == "pretrain" and validate.training_problems(dp2) == []
+    one = compose_many(["train.engine=mindformers"])
+    assert validate.engine(one) == "mindformers" and validate.training_problems(one) == []   # the CPU proof
+
+
+def test_model_parallel_on_cpu_is_refused_naming_mindsporess_blocker(compose_many):
+    cfg = compose_many(["model=llama3_70b", "parallel=dp1tp8pp8", "hardware=cpu", "hardware.devices_per_node=64"])
+    assert validate.engine(cfg) == "mindformers"
+    found = validate.training_problems(cfg)
+    assert any("tp(8) pp(8) > 1 on hardware.device=cpu" in ln and "libmindspore_frontend.so" in ln
+               and "only support Ascend/GPU backend" in ln for ln in found), found
+    (dp2,) = validate.training_problems(compose_many(["parallel=dp2", "hardware=cpu_2proc",
+                                                      "train.engine=mindformers"]))
+    assert "BaseTrainer._check_global_batch_size_for_auto_parallel" in dp2 and "_valid_parallel_config" in dp2
+    assert "only support Ascend/GPU backend" in dp2 and "train.engine=pretrain" in dp2
+    typo = compose_many(["train.engine=megatron"])
+    assert any("train.engine='megatron' must be one of auto, pretrain, mindformers" in ln
+               for ln in validate.problems(typo))
 
 
 def test_a_plan_that_does_not_fit_is_refused_with_three_fitting_layouts(cli, compose_many, tmp_path):

@@ -178,6 +178,7 @@ class TrainConfig:
     # A later phase run alone (phase=reasoning) branches from the previous phase's final checkpoint
     # found here: a run dir, its checkpoints/ dir, or one checkpoint dir (step_*).
     init_from: Optional[str] = None
+    engine: str = "auto"                      # auto | pretrain (our loop) | mindformers (its trainer)
 
 
 @dataclass

@@ -229,6 +229,10 @@ def _batch(cfg) -> Iterator[str]:
     if t.global_batch_size % per_step:
         yield (f"train.global_batch_size({t.global_batch_size}) % (parallel.micro_batch_size({p.micro_batch_size}) * "
                f"dp({p.dp}) = {per_step}) = {t.global_batch_size % per_step}: gradient accumulation needs a whole number")
+    elif p.pipeline_schedule == "zero_bubble" and p.pp > 1 and t.global_batch_size // per_step < 2 * p.pp:
+        yield (f"train.grad_accum({t.global_batch_size // per_step}) < 2 * parallel.pp({p.pp}): the "
+               f"zero-bubble schedule (ZB-V) needs at least 2·pp micro-batches per step; raise "
+               f"train.global_batch_size or use pipeline_schedule=1f1b")
     elif p.vpp > 1 and (t.global_batch_size // per_step) % p.pp:
         yield (f"train.grad_accum({t.global_batch_size // per_step}) % parallel.pp({p.pp}) != 0: the interleaved "
                f"schedule (vpp={p.vpp}) needs micro-batches in multiples of pp")
@@ -315,6 +319,8 @@ def _exists(path: str) -> bool:
 def _run(cfg) -> Iterator[str]:
     from pretrain.resilience.config import problems as resilience_problems
     yield from resilience_problems(cfg.resilience)
+    if str(cfg.train.get("engine", "auto")) not in ENGINES:
+        yield f"train.engine={cfg.train.engine!r} must be one of {', '.join(ENGINES)}"
     if cfg.launcher not in LAUNCHERS:
         yield f"launcher={cfg.launcher!r} must be one of {', '.join(LAUNCHERS)}"
     elif cfg.launcher == "local" and num_devices(cfg.hardware) > 1:
@@ -324,21 +330,75 @@ def _run(cfg) -> Iterator[str]:
 
 # ---------------------------------------------------------------- what trains it
 
+ENGINES = ("auto", "pretrain", "mindformers")
+# MindSpore 2.9.0's parallel frontend (libmindspore_frontend.so) raises "for semi_auto_parallel/
+# auto_parallel mode, currently only support Ascend/GPU backend" when it compiles a graph of a split
+# model on CPU: tensor/pipeline/context/expert parallel exist on Ascend (and GPU) only.
+SEMI_AUTO_ON_CPU = ("MindSpore 2.9.0 refuses semi_auto_parallel on CPU (its parallel frontend, "
+                    "libmindspore_frontend.so, raises 'for semi_auto_parallel/auto_parallel mode, "
+                    "currently only support Ascend/GPU backend' when it compiles the graph)")
+
+
+def _model_split(p) -> List[str]:
+    return [f"{k}({p[k]})" for k in ("tp", "pp", "cp", "ep") if p[k] > 1]
+
+
+def engine(cfg) -> str:
+    """Which engine trains the config: `pretrain` (this project's loop: one device or plain data
+    parallel without ZeRO) or `mindformers` (MindFormers' own trainer, from the per-phase yamls:
+    tensor/pipeline/context/expert parallel and ZeRO). train.engine=auto picks by the layout."""
+    chosen = str(cfg.train.get("engine", "auto"))
+    if chosen != "auto":
+        return chosen
+    p = cfg.parallel
+    return "mindformers" if _model_split(p) or int(p.zero_stage) > 0 else "pretrain"
+
+
 def _engine(cfg) -> Iterator[str]:
-    """Our loop (pretrain/train) runs one device or plain data parallel: with tp/pp/cp/ep > 1 it would
-    run micro-batches as separate graph calls (no pipeline schedule) and check norms per shard, and
-    with ZeRO every rank would load rank 0's whole checkpoint."""
+    """What the engine that would train the config cannot run. Our loop (pretrain/train) runs one
+    device or plain data parallel: with tp/pp/cp/ep > 1 it would run micro-batches as separate graph
+    calls (no pipeline schedule) and check norms per shard, and with ZeRO every rank would load rank
+    0's whole checkpoint. MindFormers' trainer runs those, on Ascend."""
     p, hw = cfg.parallel, cfg.hardware
-    split = [f"{k}({p[k]})" for k in ("tp", "pp", "cp", "ep") if p[k] > 1]
-    if split:
-        where = ("; MindSpore refuses model parallelism on CPU anyway" if hw.device == "cpu" else "")
-        yield (f"parallel={p.name}: {' '.join(split)} > 1: this project's training loop runs one device or "
-               f"plain data parallel only, and the MindFormers trainer engine for model parallelism is not "
-               f"wired yet{where}: plan only (dry_run=true plans it; sweeps rank it)")
-    if p.zero_stage > 0:
-        yield (f"parallel.zero_stage={p.zero_stage}: ZeRO is MindSpore's optimizer parallel, which this project's "
-               f"training loop does not run (every rank keeps the full optimizer); set parallel.zero_stage=0 "
-               f"to train, or plan it with dry_run=true")
+    which, split = engine(cfg), _model_split(cfg.parallel)
+    if which not in ENGINES:
+        return   # problems() names it
+    if which == "pretrain":
+        if split:
+            yield (f"parallel={p.name}: {' '.join(split)} > 1 with train.engine=pretrain: this project's "
+                   f"training loop runs one device or plain data parallel only; set "
+                   f"train.engine=mindformers (or auto) so MindFormers' trainer runs it")
+        if p.zero_stage > 0:
+            yield (f"parallel.zero_stage={p.zero_stage} with train.engine=pretrain: ZeRO is MindSpore's "
+                   f"optimizer parallel, which this project's loop does not run (every rank keeps the full "
+                   f"optimizer); set parallel.zero_stage=0 or train.engine=mindformers (or auto)")
+        return
+    if hw.device == "cpu" and split:
+        yield (f"parallel={p.name}: {' '.join(split)} > 1 on hardware.device=cpu: {SEMI_AUTO_ON_CPU}; "
+               f"plan it here with dry_run=true and train it on an ascend hardware option")
+    elif hw.device == "cpu" and p.dp > 1:
+        yield (f"parallel.dp={p.dp} with train.engine=mindformers on hardware.device=cpu: MindFormers "
+               f"1.9.0's trainer runs data parallel only under semi_auto_parallel (in data_parallel mode "
+               f"BaseTrainer._check_global_batch_size_for_auto_parallel in "
+               f"mindformers/trainer/base_trainer.py resets parallel_config.data_parallel to 1, and "
+               f"GPTModel's initialize_model_parallel -> _valid_parallel_config in "
+               f"parallel_core/inference/parallel_state.py then refuses world size {p.dp} != 1), and "
+               f"{SEMI_AUTO_ON_CPU}; on CPU use train.engine=pretrain (or auto) for data parallel")
+    if hw.device == "cpu" and p.zero_stage > 0:
+        yield (f"parallel.zero_stage={p.zero_stage} on hardware.device=cpu: MindSpore's optimizer parallel "
+               f"is not run on CPU by this project (the CPU proof covers data parallel only); set "
+               f"parallel.zero_stage=0 on CPU, or plan it with dry_run=true")
+    from pretrain.model.mindformers_config import document_attention
+    if document_attention(cfg) == "compressed" and p.micro_batch_size > 1:
+        yield (f"parallel.micro_batch_size={p.micro_batch_size} with train.engine=mindformers and "
+               f"data.document_mask=true at seq_length {cfg.model.seq_length}: our shard loader gives "
+               f"MindFormers each row's document ends (actual_seq_len) and its batching does not add the "
+               f"row offsets; use micro_batch_size=1 (raise grad accumulation instead) or "
+               f"data.document_mask=false")
+    if float(cfg.train.z_loss) > 0:
+        yield (f"train.z_loss={cfg.train.z_loss} with train.engine=mindformers: MindFormers 1.9.0's "
+               f"language-model loss has no z-loss term; set train.z_loss=0 or train on one device / plain "
+               f"data parallel (train.engine=pretrain)")
 
 
 def _mindformers(cfg) -> Iterator[str]:

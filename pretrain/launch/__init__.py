@@ -9,7 +9,7 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
@@ -25,6 +25,7 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
     dry = dry or cfg.launcher == "print"
     if hw.num_nodes > 1:
         from pretrain.launch.scripts import describe_nodes, write_node_scripts
+        write_engine_yamls(cfg, run_dir)
         if dry:
             print(describe_nodes(cfg, run_dir, written=False))
             return {}
@@ -33,8 +34,12 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
         return {}
     in_process = num_devices(hw) == 1 and cfg.launcher != "msrun"
     if dry:
-        print("would run:", "in this process (pretrain.train.runner)" if in_process
-              else shlex.join(msrun.command(cfg, run_dir.resolve())))
+        write_engine_yamls(cfg, run_dir)
+        from pretrain.config.validate import engine
+        where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.runner"
+        for phase in ([None] if in_process else engine_launches(cfg)):
+            print("would run:", f"in this process ({where})" if in_process
+                  else shlex.join(msrun.command(cfg, run_dir.resolve(), phase=phase)))
         return {}
     if hw.device == "ascend" and shutil.which("npu-smi") is None:
         raise PretrainRunError(
@@ -46,16 +51,36 @@ def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, An
     from pretrain.data.prepare import prepare
     from pretrain.model.builder import prepare_environment
     prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
-    print(summary_table(prepare(cfg.data)), flush=True)   # once, before any rank starts: ranks only read the cache
+    prepared = prepare(cfg.data)
+    print(summary_table(prepared), flush=True)   # once, before any rank starts: ranks only read the cache
+    from pretrain.train.runner import pad_token_id
+    write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
     if in_process:
-        from pretrain.train.runner import run
-        return measured(run(cfg))
+        from pretrain.engine import train
+        return measured(train(cfg))
     started = time.time()
-    msrun.run_local(cfg, run_dir)
+    for phase in engine_launches(cfg):
+        msrun.run_local(cfg, run_dir, phase)
     summary = run_dir / "summary.json"   # rank 0 writes it when it finishes
     if not summary.is_file() or summary.stat().st_mtime < started:
         return {}
     return measured(json.loads(summary.read_text()))
+
+
+def engine_launches(cfg: DictConfig) -> List[Optional[str]]:
+    """One msrun launch for our loop (it chains the phases itself); one per phase for MindFormers'
+    engine, whose trainer runs once per process (pretrain/engine/mindformers.py)."""
+    from pretrain.config.validate import engine, phases
+    return [str(p.name) for p in phases(cfg)] if engine(cfg) == "mindformers" else [None]
+
+
+def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> None:
+    """run_dir/mindformers_<phase>.yaml, which MindFormers' trainer runs (train.engine=mindformers) and
+    a user can run with MindFormers' own run script; written for every run, dry runs included."""
+    from pretrain.config.validate import engine
+    from pretrain.engine.phases import write_phases
+    paths = write_phases(cfg, run_dir, pad_token_id)
+    print(f"engine {engine(cfg)}: MindFormers yamls {', '.join(p.name for p in paths)} in {run_dir}", flush=True)
 
 
 def measured(summary: Dict[str, Any]) -> Dict[str, Any]:

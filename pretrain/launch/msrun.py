@@ -45,18 +45,19 @@ _NOISE = ("[WARNING]", "[INFO]", " - WARNING - ", " - INFO - ", "%|")
 _REPORT_STARTS = ("Traceback (most recent call last)", "error:", "watchdog:", "Fatal Python error")
 
 
-def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0) -> List[str]:
-    """The msrun command line for one node (ranks read run_dir/config.yaml)."""
+def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0, phase: Optional[str] = None) -> List[str]:
+    """The msrun command line for one node (ranks read run_dir/config.yaml); `phase`: the one phase
+    MindFormers' engine trains in this launch."""
     hw = cfg.hardware
     return ["msrun", f"--worker_num={num_devices(hw)}", f"--local_worker_num={hw.devices_per_node}",
             f"--master_addr={hw.master_addr}", f"--master_port={hw.master_port}", f"--node_rank={node_rank}",
             f"--log_dir={run_dir / 'logs'}", "--join=True", f"--cluster_time_out={CLUSTER_TIME_OUT_S}",
             # the node's first rank on the console (rank 0's progress bar); every rank's log in log_dir
             f"--tail_worker_log={node_rank * int(hw.devices_per_node)}",
-            "python", "-m", "pretrain.worker", str(run_dir)]
+            "python", "-m", "pretrain.worker", str(run_dir), *([phase] if phase else [])]
 
 
-def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
+def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None) -> Dict[str, float]:
     """Run every rank on this host under msrun (in this directory, so the frozen config's relative
     paths mean what they meant here) and keep the job going through failures: a failed rank stops
     the launch at once and, within the restart budget, the job starts again from the newest
@@ -72,7 +73,7 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
         while True:
             cfg = _free_port(cfg, run_dir)
             ranks.new_launch(num_devices(cfg.hardware))
-            failure = _launch_once(cfg, run_dir, ranks, devices)
+            failure = _launch_once(cfg, run_dir, ranks, devices, phase)
             if failure is None:
                 return {"wall_s": time.time() - started}
             failed_at = time.time()
@@ -108,7 +109,8 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, float]:
                   f"({lost['steps_lost']} steps lost)", flush=True)
 
 
-def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: List[int]) -> Optional[Failure]:
+def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: List[int],
+                 phase: Optional[str] = None) -> Optional[Failure]:
     """One start of the job's ranks, watched until every rank exited 0 (None) or one failed (all
     of them are stopped then)."""
     logs = run_dir / "logs"
@@ -121,11 +123,11 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
     if cfg.hardware.device == "ascend":   # after a shrink, the devices the job still trusts
         env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(map(str, devices))
     if ranks.world == 1:   # one device left after a shrink: no cluster to rendezvous, no msrun
-        cmd = [sys.executable, "-m", "pretrain.worker", str(run_dir)]
+        cmd = [sys.executable, "-m", "pretrain.worker", str(run_dir), *([phase] if phase else [])]
         env = {k: v for k, v in env.items() if k not in ("RANK_ID", "RANK_SIZE", "MS_ROLE")}
         out = open(logs / "worker_0.log", "ab")
     else:
-        cmd, out = command(cfg, run_dir), None
+        cmd, out = command(cfg, run_dir, phase=phase), None
     print("launch:", shlex.join(cmd) + (f" (log: {logs / 'worker_0.log'})" if out else ""), flush=True)
     # msrun (or the one worker) inherits the run dir's lock (pretrain.rundir), so it stays held
     # while the ranks live, even when this launcher is killed.

@@ -44,6 +44,7 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
             f"export WORKER_NUM={world} LOCAL_WORKER_NUM={per_node} NODE_RANK={node}\n"
             f"export MASTER_ADDR=${{MASTER_ADDR:-{hw.master_addr}}} MASTER_PORT=${{MASTER_PORT:-{hw.master_port}}}\n"
             f"export CLUSTER_TIME_OUT={CLUSTER_TIME_OUT_S}\n"
+            f"export PHASES={shlex.quote(' '.join(phase_launches(cfg)))}   # one msrun per phase (engine mindformers)\n"
             f"cd {workdir}   # the frozen config's relative paths are relative to the launch directory\n"
             f'exec bash "$(dirname "$(readlink -f "$0")")/msrun_node.sh" {shlex.quote(str(run_dir))}\n')
         script.chmod(0o755)
@@ -55,10 +56,17 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
         f"# first node becomes the master.\n"
         f"cd {workdir}\n"
         f"exec sbatch --nodes={hw.num_nodes} --chdir={workdir} "
-        f"--export=ALL,LOCAL_WORKER_NUM={per_node},MASTER_PORT={hw.master_port} "
+        f"--export=ALL,LOCAL_WORKER_NUM={per_node},MASTER_PORT={hw.master_port},"
+        f"PHASES={shlex.quote(' '.join(phase_launches(cfg)))} "
         f'"$(dirname "$(readlink -f "$0")")/slurm.sbatch" {shlex.quote(str(run_dir))}\n')
     slurm.chmod(0o755)
     return scripts + [slurm]
+
+
+def phase_launches(cfg: DictConfig) -> List[str]:
+    """The phases msrun_node.sh launches one by one ([] : one launch, our loop chains its phases)."""
+    from pretrain.launch import engine_launches
+    return [p for p in engine_launches(cfg) if p]
 
 
 def describe_nodes(cfg: DictConfig, run_dir: Path, *, written: bool) -> str:

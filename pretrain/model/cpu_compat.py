@@ -1,6 +1,6 @@
 """Every CPU replacement for the MindFormers Mcore training graph, in one place (DESIGN §5).
 
-mindformers 1.9.0's `parallel_core.training_graph` is written for Ascend. On CPU it needs five
+mindformers 1.9.0's `parallel_core.training_graph` is written for Ascend. On CPU it needs six
 runtime replacements, applied by `apply()` only when hardware.device == cpu, before the model is
 built; Ascend runs never call this and keep MindFormers' fused kernels and flash attention:
 
@@ -18,6 +18,11 @@ built; Ascend runs never call this and keep MindFormers' fused kernels and flash
 5. The registered model classes hard-code fused RmsNorm (Ascend-only) -> MindFormers' own
    non-fused RMSNorm (`FusedNorm` builds through the module-level name, so one rebinding covers
    layer, QK and final norms).
+6. MindFormers' own train step (MFTrainOneStepCell, used by its Trainer: train.engine=mindformers)
+   asks mindspore.nn.TrainOneStepWithLossScaleCell.get_overflow_status, which treats every target
+   that is not GPU or Ascend 910B (CPU included) as Ascend 910A and compiles NPUGetFloatStatusV2
+   (mindspore/nn/wrap/loss_scale.py, _get_ascend_overflow_status_on_saturation_mode): no CPU
+   kernel -> "any gradient non-finite" from all_finite, summed over the data-parallel group.
 
 The module refuses to patch a mindformers version it was not written for: the private names it
 rebinds may have moved, and a silent half-patch would fail later with an unreadable graph error.
@@ -59,6 +64,8 @@ def apply() -> None:
     rotary_pos_embedding.Outer = cpu["CPUOuter"]
     layers.VocabParallelEmbedding.embedding_func = cpu["gather_embedding"]
     norm.FusedRMSNorm = norm.RMSNorm
+    from mindspore.nn.wrap.loss_scale import TrainOneStepWithLossScaleCell
+    TrainOneStepWithLossScaleCell.get_overflow_status = cpu["overflow_status"]
     _applied = True
 
 
@@ -66,6 +73,7 @@ def _replacements():
     """Defined here so importing this module does not import mindspore; the graph compiler reads
     `ops` from this closure (it cannot compile an import statement inside a graph function)."""
     from mindspore import nn, ops
+    from mindspore.common.dtype import bool_ as ms_bool, float32 as ms_float32
 
     class _NoShard(nn.Cell):
         # MindFormers calls .shard()/.add_prim_attr() on these while building; single-device CPU has
@@ -115,7 +123,16 @@ def _replacements():
         out = ops.gather(weight, ops.reshape(input_, (batch * seq,)), 0)
         return ops.reshape(out, (batch, seq, weight.shape[1]))
 
+    from mindspore.amp import all_finite
+
+    def overflow_status(self, status, compute_output):
+        overflow = ops.logical_not(all_finite(compute_output))
+        if self.is_distributed:   # any rank's overflow skips the step on every rank
+            overflow = ops.cast(self.allreduce(ops.cast(overflow, ms_float32)), ms_bool)
+        return overflow
+
     return {
+        "overflow_status": overflow_status,
         "CPUOuter": CPUOuter,
         "CPUCoreAttention": CPUCoreAttention,
         "repeat_kv_sbnd": repeat_kv_sbnd,

@@ -28,7 +28,10 @@ _CLASSES = {
     ("qwen3", False): ("qwen3", "Qwen3ForCausalLM"),
     ("qwen3", True): ("qwen3_moe", "Qwen3MoeForCausalLM"),
 }
-INPUT_COLUMNS = ("input_ids", "labels", "loss_mask", "position_ids")  # train_dataset's base columns
+# train_dataset's base columns, named as the Mcore model's construct() takes them: what our loader
+# makes of the shards' input_ids (seq+1 tokens) and seg_lens (pretrain/data/loader.py), plus the
+# document-attention inputs of input_columns()
+INPUT_COLUMNS = ("input_ids", "labels", "loss_mask")
 # MindFormers' CausalMaskGenerate refuses mask compression below this sequence length
 _MIN_COMPRESSED_SEQ = 2048
 _LR_SCHEDULES = {
@@ -74,7 +77,7 @@ def input_columns(cfg: DictConfig) -> List[str]:
     mode = document_attention(cfg)
     if mode == "off":
         return list(INPUT_COLUMNS)
-    return [*INPUT_COLUMNS, "actual_seq_len" if mode == "compressed" else "attention_mask"]
+    return [*INPUT_COLUMNS, "position_ids", "actual_seq_len" if mode == "compressed" else "attention_mask"]
 
 
 def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
@@ -170,10 +173,15 @@ def context_block(cfg: DictConfig) -> Dict[str, Any]:
 
 
 def is_semi_auto(cfg: DictConfig) -> bool:
-    """Data parallel alone runs in MindSpore's DATA_PARALLEL mode (every rank a full replica, our
-    step all-reduces the gradients); any split of the model itself needs SEMI_AUTO_PARALLEL."""
+    """Data parallel alone on our loop runs in MindSpore's DATA_PARALLEL mode (every rank a full
+    replica, our step all-reduces the gradients); any split of the model itself needs
+    SEMI_AUTO_PARALLEL, and so does data parallel on MindFormers' trainer, which in DATA_PARALLEL mode
+    resets parallel_config.data_parallel to 1 (BaseTrainer._check_global_batch_size_for_auto_parallel)
+    and then fails its own world-size check when it builds the Mcore model."""
+    from pretrain.config.validate import engine
     p = cfg.parallel
-    return not int(p.tp) == int(p.pp) == int(p.cp) == int(p.ep) == 1
+    split = not int(p.tp) == int(p.pp) == int(p.cp) == int(p.ep) == 1
+    return split or (engine(cfg) == "mindformers" and int(p.dp) > 1)
 
 
 def pipeline_offset(cfg: DictConfig) -> Any:
@@ -295,6 +303,8 @@ def export(
     first_phase_peak: float,
     train_files: Optional[List[str]] = None,
     pad_token_id: int = 0,
+    run_dir: Optional[str] = None,
+    phase_name: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The whole mindformers.yaml as a dict. The lr_schedule is the first phase this run trains:
     MindFormers' trainer has one schedule per run, so each later phase is its own MindFormers run."""
@@ -313,7 +323,9 @@ def export(
         "runner_config": {
             "epochs": 1,
             "batch_size": int(p.micro_batch_size),
-            "sink_mode": True,
+            # Ascend sinks one step per call; CPU has no dataset sink, and with sink_mode MindSpore's
+            # Model.train would run the whole dataset per "sink" (epochs x dataset steps)
+            "sink_mode": cfg.hardware.device != "cpu",
             "sink_size": 1,
             "gradient_accumulation_steps": int(t.grad_accum) if int(p.pp) == 1 else 1,
         },
@@ -337,16 +349,7 @@ def export(
             "weight_decay": float(t.weight_decay),
         },
         "lr_schedule": lr_schedule_block(first_phase, first_phase_steps, first_phase_peak),
-        "train_dataset": {
-            "data_loader": {"type": "MindDataset", "dataset_files": list(train_files or []), "shuffle": True},
-            # document masking adds attention_mask (the block-diagonal mask) or actual_seq_len (the
-            # compressed EOD mask, per-row offsets already added): pretrain/train/inputs.py
-            "input_columns": input_columns(cfg),
-            "construct_args_key": input_columns(cfg),
-            "drop_remainder": True,
-            "num_parallel_workers": 2,
-            "seed": int(t.seed),
-        },
+        "train_dataset": train_dataset_block(cfg, run_dir, phase_name or str(first_phase.name), train_files),
         "context": context_block(cfg),
         **parallel_blocks(cfg),
         "model": {"model_config": model_config(cfg, pad_token_id=pad_token_id)},
@@ -363,6 +366,30 @@ def export(
     }
     out["train_dataset_task"] = {"type": "CausalLanguageModelDataset", "dataset_config": out["train_dataset"]}
     return out
+
+
+def train_dataset_block(cfg: DictConfig, run_dir: Optional[str], phase_name: str,
+                        train_files: Optional[List[str]] = None) -> Dict[str, Any]:
+    """MindFormers' train_dataset for one phase: our MindRecord shards as written (columns input_ids
+    and seg_lens), read through our loader registered as MindFormers' `PretrainShardLoader`
+    (pretrain/engine/dataset.py), so MindFormers' dataset builder yields, step by step, the batches
+    our loop trains on (the phase's mixture, seed and data-parallel shard). MindFormers batches them
+    by micro_batch_size and casts input_ids/labels to int32."""
+    return {
+        "data_loader": {
+            "type": "PretrainShardLoader",
+            "run_dir": str(run_dir or cfg.run_dir),   # the frozen config.yaml names the prepared data
+            "phase": phase_name,
+            "dataset_files": list(train_files or []),  # informational: the loader reads them via the config
+        },
+        "input_columns": input_columns(cfg),
+        "construct_args_key": input_columns(cfg),
+        "batch_size": int(cfg.parallel.micro_batch_size),
+        "drop_remainder": True,
+        "num_parallel_workers": 1,   # a row's content is fixed by (seed, step): no parallel reader needed
+        "python_multiprocessing": False,
+        "seed": int(cfg.train.seed),
+    }
 
 
 def to_yaml(exported: Dict[str, Any]) -> str:

@@ -149,13 +149,16 @@ def activation_bytes_per_layer(shape: ModelShape, micro_batch: int, tp: int = 1,
     return sbh * (linear + scores) * element_scale
 
 
-def chunks_in_flight(rank: int, pp: int, vpp: int, micro_batches: float) -> float:
+def chunks_in_flight(rank: int, pp: int, vpp: int, micro_batches: float, schedule: str = "1f1b") -> float:
     """Model chunks whose activations a pipeline rank holds at its peak: the warm-up forwards of
     Megatron's (interleaved) 1F1B plus the one in progress, never more than it runs in a step.
     Rank 0 without interleaving holds p micro-batches (≈ L layers); with v chunks per rank it holds
-    v·p + p − 1 chunks of L/(p·v) layers, i.e. L·(1 + (p−1)/(p·v))."""
+    v·p + p − 1 chunks of L/(p·v) layers, i.e. L·(1 + (p−1)/(p·v)). zero_bubble is MindSpore's ZB-V
+    (two chunks per rank in a V): every rank peaks at 2p chunks of L/(2p) layers, 1F1B's L layers."""
     if pp <= 1:
         return 1.0
+    if schedule == "zero_bubble":
+        return float(min(max(micro_batches, 1) * 2, 2 * pp))
     warmup = (pp - rank - 1) * 2 + (vpp - 1) * pp if vpp > 1 else pp - rank - 1
     return float(min(max(micro_batches, 1) * max(vpp, 1), warmup + 1))
 
@@ -163,14 +166,16 @@ def chunks_in_flight(rank: int, pp: int, vpp: int, micro_batches: float) -> floa
 # ---------------------------------------------------------------- F5 pipeline bubble
 
 def bubble_fraction(pp: int, micro_batches: float, vpp: int = 1, schedule: str = "1f1b") -> float:
-    """Share of the step a pipeline rank idles. 1F1B: (p−1)/(m+p−1); interleaved: (p−1)/(v·m+p−1);
-    zero_bubble (ZB-H1, Qi et al. 2024) idles (p−1)/(3m) of the compute time, i.e. a share
-    (p−1)/(3m+p−1) of the step, so step = compute/(1 − bubble) holds for every schedule."""
+    """Share of the step a pipeline rank idles. 1F1B: (p−1)/(m+p−1); interleaved: (p−1)/(v·m+p−1).
+    zero_bubble is the schedule MindSpore runs for it, ZB-V (pipeline_scheduler zero_bubble_v, two
+    virtual stages per rank; Qi et al. 2024): with the backward split into input- and weight-gradient
+    passes its bubble is (p−1)(T_F + T_B − 2·T_W), zero at T_F = T_B = T_W, once m ≥ 2p micro-batches
+    fill the V (validate.py requires it, as MindFormers' TransformerConfig does); planned as 0."""
     if pp <= 1:
         return 0.0
     m = max(micro_batches, 1)
     if schedule == "zero_bubble":
-        return (pp - 1) / (3 * m + pp - 1)
+        return 0.0 if m >= 2 * pp else (pp - 1) / (2 * m + pp - 1)
     return (pp - 1) / (max(vpp, 1) * m + pp - 1)
 
 

@@ -90,7 +90,7 @@ class PhaseDays:
 
 @dataclass(frozen=True)
 class CheckpointPlan:
-    gb_per_device: float         # weights + optimizer states this device writes
+    gb_per_device: float         # this rank's checkpoint shard: fp32 weights + Adam m, v (checkpoint_shard_gb)
     write_s: float               # δ
     mtbf_hours: Optional[float]  # None when hardware.failures_per_device_hour is 0
     interval_minutes: Optional[float]
@@ -141,6 +141,7 @@ class Plan:
     efficiency: float            # train.efficiency: the assumed share of peak FLOP/s while computing
     target: Optional["Target"]   # the devices that finish within plan.target_days
     warnings: Tuple[str, ...]
+    engine: str = "pretrain"     # which engine trains it (pretrain.config.validate.engine)
 
     @property
     def peak(self) -> StageMemory:
@@ -212,7 +213,7 @@ def _stage_memory(shape: ModelShape, lay: Layout, explicit: Optional[List[int]],
     scale = 2.0 if lay.precision == "fp32" else 1.0
     args = dict(micro_batch=lay.micro_batch, tp=lay.tp, sequence_parallel=lay.sequence_parallel,
                 flash_attention=lay.flash_attention, cp=lay.cp, element_scale=scale)
-    layers_in_flight = chunks_in_flight(rank, lay.pp, lay.vpp, lay.micro_batches) * layers / lay.vpp
+    layers_in_flight = chunks_in_flight(rank, lay.pp, lay.vpp, lay.micro_batches, lay.schedule) * layers / lay.vpp
     acts = layers_in_flight * activation_bytes_per_layer(shape, recompute=lay.recompute, **args)
     if lay.recompute == "full" and layers:
         acts += activation_bytes_per_layer(shape, recompute="none", **args)   # the layer being recomputed
@@ -275,9 +276,20 @@ def _phase_days(cfg: Any, tokens_per_step: float, tokens_per_s: float) -> Tuple[
     return tuple(out)
 
 
+def checkpoint_shard_gb(lay: Layout, params: float) -> float:
+    """What one rank writes: the fp32 parameters it holds (MindSpore's parameters are the fp32 masters;
+    bf16 is only the compute cast) and its Adam m and v, as MindFormers' per-rank shards and our
+    loop's checkpoints hold them. ZeRO (optimizer parallel) shards m, v over the data-parallel group
+    from level 1 and the parameters too at level 3."""
+    group = lay.dp * lay.cp
+    weights = 4.0 * params / (group if lay.zero_stage >= 3 else 1)
+    moments = 8.0 * params / (group if lay.zero_stage >= 1 else 1)
+    return (weights + moments) / GB
+
+
 def _checkpoint(cfg: Any, lay: Layout, peak: StageMemory, step_s: float) -> CheckpointPlan:
     hw = cfg.hardware
-    gb = peak.weights_gb + peak.optimizer_gb
+    gb = checkpoint_shard_gb(lay, peak.params)
     writers = min(max(int(_get(hw, "devices_per_node", 1)), 1), lay.devices)
     write_s = gb * writers / CHECKPOINT_WRITE_GBPS_PER_NODE
     rate = float(_get(hw, "failures_per_device_hour", 0.0)) * lay.devices
@@ -335,7 +347,16 @@ def plan(cfg: Any) -> Plan:
                 bubble=bubble, comm=comm, tokens_per_step=tokens_per_step, compute_s=compute_s, step_s=step_s,
                 tokens_per_s_device=_div(tok_s, lay.devices), tokens_per_s=tok_s, mfu=mfu,
                 hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
-                efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings))
+                efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings),
+                engine=_engine_of(cfg))
+
+
+def _engine_of(cfg: Any) -> str:
+    from pretrain.config.validate import engine
+    try:
+        return engine(cfg)
+    except (AttributeError, KeyError):   # a partial config (a layout tried by suggest.py): no train.engine
+        return "pretrain"
 
 
 def _target(cfg: Any, lay: Layout, days: float, target_days: float) -> Target:

@@ -61,6 +61,17 @@ def _target(t: Any, lay: Any) -> str:
                    f"per replica holds")
 
 
+_ENGINES = {
+    "pretrain": "pretrain (this project's loop: one device or plain data parallel)",
+    "mindformers": "mindformers (MindFormers' own trainer from run_dir/mindformers_<phase>.yaml: "
+                   "model parallel, ZeRO)",
+}
+
+
+def _engine(plan: Any) -> str:
+    return "engine     " + _ENGINES.get(plan.engine, plan.engine)
+
+
 def format_plan(plan: Any) -> str:
     lay = plan.layout
     layout = (f"layout     dp{lay.dp} tp{lay.tp} pp{lay.pp} vpp{lay.vpp} cp{lay.cp} ep{lay.ep} = "
@@ -74,6 +85,7 @@ def format_plan(plan: Any) -> str:
         f"model      {_si(plan.params_total)} params ({_si(plan.params_active)} active), "
         f"{_flops(plan.flops_per_token)}/token at seq {plan.seq_length}",
         layout,
+        _engine(plan),
         *_memory(plan),
         f"step       {_duration(plan.step_s)} (compute {_duration(plan.compute_s)}, "
         f"bubble {plan.bubble:.1%}, exposed comm {_duration(plan.comm.exposed_s)})",

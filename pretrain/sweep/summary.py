@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from pretrain.io import write_atomic
 
-COLUMNS = ["job", "label", "status", "peak_gb", "capacity_gb", "weights_gb", "grads_gb",
+COLUMNS = ["job", "label", "status", "engine", "peak_gb", "capacity_gb", "weights_gb", "grads_gb",
            "optimizer_gb", "activations_gb", "bubble", "step_s", "tokens_per_s", "mfu",
            "total_days", "measured_tokens_per_s", "val_loss", "reason", "overrides"]
 STATUS_ORDER = {"ok": 0, "plan only": 1, "does not fit": 2, "invalid": 3}
@@ -31,7 +31,7 @@ def plan_row(plan: Any) -> Dict[str, Any]:
             "grads_gb": peak.grads_gb, "optimizer_gb": peak.optimizer_gb,
             "activations_gb": peak.activations_gb + peak.logits_gb, "bubble": plan.bubble,
             "step_s": plan.step_s, "tokens_per_s": plan.tokens_per_s, "mfu": plan.mfu,
-            "total_days": plan.total_days}
+            "total_days": plan.total_days, "engine": plan.engine}
 
 
 def verdict_line(row: Dict[str, Any]) -> str:

@@ -1,0 +1,20 @@
+"""The training engines: `train(cfg)` runs the config on the engine the rulebook picks
+(pretrain.config.validate.engine): our loop (pretrain.train.runner) or MindFormers' own trainer on
+the run's per-phase yamls (pretrain.engine.mindformers). mindspore is imported only when training."""
+
+from typing import Any, Dict, Optional
+
+from omegaconf import DictConfig
+
+
+def train(cfg: DictConfig, phase: Optional[str] = None) -> Dict[str, Any]:
+    """phase: the one phase to train (MindFormers' engine trains one phase per launch on several devices)."""
+    from pretrain.config.validate import engine
+
+    if engine(cfg) == "mindformers":
+        from pretrain.engine.mindformers import run
+
+        return run(cfg, phase)
+    from pretrain.train.runner import run
+
+    return run(cfg)

@@ -1,0 +1,223 @@
+"""`python -m pretrain.engine.mindformers RUN_DIR [PHASE]`: MindFormers' own trainer on the run's
+per-phase yamls (run_dir/mindformers_<phase>.yaml), for the layouts our loop does not run.
+
+What MindFormers' run script (run_mindformer.py) does, for one rank, reading only the frozen run
+dir: MindFormerConfig(yaml) -> build_context -> (on CPU) pretrain/model/cpu_compat.py -> register
+our LR class, shard loader and loss log -> Trainer(config).train(). Phases run in order, each in a
+process of its own (MindFormers builds one Trainer per process); a phase whose own checkpoints exist
+resumes from the newest (with data skip), a finished phase is skipped.
+Launchers reach it through pretrain.worker (msrun, node scripts, Slurm) or in-process (one device),
+which dispatch on pretrain.config.validate.engine(cfg).
+"""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from pretrain.config import validate
+from pretrain.config.errors import PretrainRunError
+from pretrain.engine import phases as engine_phases
+
+
+def register_all() -> None:
+    from pretrain.engine import callbacks, dataset, lr
+
+    lr.register()
+    dataset.register()
+    callbacks.register()
+
+
+def newest_checkpoint_step(ckpt_dir: Path) -> int:
+    """The phase step of rank 0's newest checkpoint in ckpt_dir (0 when none): the step_num
+    MindFormers stores in it (file names and meta.json count the steps of the start that wrote it)."""
+    if not (ckpt_dir / "rank_0" / "meta.json").is_file():
+        return 0
+    import mindspore as ms
+
+    saved = ms.load_checkpoint(
+        str(newest_checkpoint_file(ckpt_dir)), format="safetensors", choice_func=lambda k: k == "step_num"
+    )
+    return int(saved["step_num"].asnumpy()) if "step_num" in saved else 0
+
+
+def phase_config(run_dir: Path, phase: str) -> Any:
+    """The phase's yaml as MindFormers loads it, pointed at the phase's own checkpoints when a
+    previous start left some (resume with data skip), else as exported."""
+    from mindformers.tools.register import MindFormerConfig
+
+    path = engine_phases.yaml_path(run_dir, phase)
+    if not path.is_file():
+        raise PretrainRunError(
+            f"{path}: no such file; the launch writes it (python -m pretrain ... with this run_dir)"
+        )
+    config = MindFormerConfig(str(path))
+    own = engine_phases.checkpoint_dir(run_dir, phase)
+    if newest_checkpoint_step(own) > 0:
+        config.load_checkpoint = str(own)
+        config.resume_training = True
+        config.ignore_data_skip = False
+    if config.load_checkpoint and not config.use_parallel:
+        # one device: MindFormers 1.9.0 refuses the per-rank root ("when input checkpoint file is rank
+        # dir, Please set use_parallel: True"), a file when resuming (trainer/utils.py
+        # validate_checkpoint_config wants a directory) and rank_0/ (load_resume_context_from_checkpoint
+        # looks for rank_* in it); it takes its "complete safetensors" layout: a directory of the weights
+        # and hyper_param.safetensors with the resume context
+        config.load_checkpoint = str(complete_checkpoint_dir(Path(config.load_checkpoint), run_dir, phase))
+    return config
+
+
+RESUME_KEYS = ("loss_scale", "epoch_num", "step_num", "global_batch_size")
+
+
+def complete_checkpoint_dir(ckpt_dir: Path, run_dir: Path, phase: str) -> Path:
+    """RUN_DIR/mindformers/<phase>/resume/: the newest checkpoint of ckpt_dir (a hard link) and
+    hyper_param.safetensors holding its resume context, replaced atomically."""
+    import os
+    import shutil
+
+    import mindspore as ms
+
+    src = newest_checkpoint_file(ckpt_dir)
+    out = engine_phases.output_dir(run_dir, phase) / "resume"
+    tmp = out.with_name(f".resume-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        os.link(src, tmp / src.name)
+    except OSError:  # another filesystem
+        shutil.copy2(src, tmp / src.name)
+    context = ms.load_checkpoint(str(src), format="safetensors", choice_func=lambda k: k in RESUME_KEYS)
+    ms.save_checkpoint(
+        [{"name": k, "data": v} for k, v in context.items()],
+        str(tmp / "hyper_param.safetensors"),
+        format="safetensors",
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def newest_checkpoint_file(ckpt_dir: Path) -> Path:
+    meta = ckpt_dir / "rank_0" / "meta.json"
+    if not meta.is_file():
+        raise PretrainRunError(
+            f"{ckpt_dir}: no checkpoint to continue from (no rank_0/meta.json); train the "
+            f"previous phase first"
+        )
+    return ckpt_dir / "rank_0" / json.loads(meta.read_text())["last_ckpt_file"]
+
+
+def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
+    from mindformers import Trainer
+    from mindformers.core.context.build_context import build_context
+
+    config = phase_config(run_dir, phase)
+    resumed_at = newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, phase))
+    for cb in config.callbacks:
+        if cb["type"] == "PretrainLossLog":  # steps of this start count from where it resumed
+            cb["first_step"] = resumed_at
+    build_context(config)
+    if cfg.hardware.device == "cpu":
+        from pretrain.model import cpu_compat
+
+        cpu_compat.apply()
+    register_all()
+    from pretrain.engine.callbacks import read_log
+
+    earlier = len(read_log(run_dir, phase))  # rows of earlier starts (a killed one's last steps too)
+    started = time.perf_counter()
+    Trainer(config).train()
+    wall = time.perf_counter() - started
+    log = read_log(run_dir, phase)[earlier:]
+    per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
+    # after the first step (graph compilation), like our loop's Throughput
+    timed = log[-1]["time"] - log[0]["time"] if len(log) > 1 else 0.0
+    return {
+        "phase": phase,
+        "resumed_at": resumed_at,
+        "steps": len(log),
+        "loss_first": log[0]["loss"] if log else None,
+        "loss_last": log[-1]["loss"] if log else None,
+        "wall_s": wall,
+        "tokens_per_s": (len(log) - 1) * per_step / timed if timed > 0 else 0.0,
+    }
+
+
+def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
+    """Train the run's phases (or one) with MindFormers' trainer; the summary our launchers read."""
+    from pretrain.model.builder import prepare_environment
+
+    run_dir = Path(cfg.run_dir).resolve()
+    prepare_environment(str(run_dir))
+    validate.check(cfg)
+    validate.check_trainable(cfg)
+    names: List[str] = [str(p.name) for p in validate.phases(cfg)]
+    if only is not None:
+        if only not in names:
+            raise PretrainRunError(
+                f"phase {only!r} is not a phase of the run in {run_dir} ({', '.join(names)})"
+            )
+        names = [only]
+    exported = engine_phases.export_phases(cfg, run_dir)
+    todo = [
+        n
+        for n in names
+        if newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, n))
+        < int(exported[n]["pretrain_phase"]["steps"])
+    ]  # a done phase's final checkpoint starts the next
+    results = []
+    if len(todo) > 1:
+        # MindFormers 1.9.0 builds one Trainer per process: a second one fails on its module-level state
+        # ("Parameter 'indexer_loss' already registered"), so each phase is a process of its own: here
+        # (one device) a child; under msrun the launcher starts one launch per phase (PHASE argument).
+        if validate.num_devices(cfg.hardware) > 1:
+            raise PretrainRunError(
+                f"train.engine=mindformers trains one phase per launch on several devices; "
+                f"pass the phase: python -m pretrain.worker {run_dir} {todo[0]}"
+            )
+        for name in todo:
+            subprocess.run(
+                [sys.executable, "-m", "pretrain.engine.mindformers", str(run_dir), name], check=True
+            )
+            results.extend(json.loads((run_dir / "summary.json").read_text())["phases"])
+    elif todo:
+        results.append(run_phase(cfg, run_dir, todo[0]))
+    summary = {"run_dir": str(run_dir), "engine": "mindformers", "phases": results}
+    from pretrain.train import ranks
+
+    if ranks.is_logging_rank():
+        from pretrain.io import write_atomic
+
+        write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+    summary["rank_evidence"] = {"loss_last": results[-1]["loss_last"] if results else None}
+    return summary
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not 1 <= len(args) <= 2 or not (Path(args[0]) / "config.yaml").is_file():
+        print(
+            "usage: python -m pretrain.engine.mindformers RUN_DIR [PHASE]  (RUN_DIR holds the frozen "
+            "config.yaml and mindformers_<phase>.yaml)",
+            file=sys.stderr,
+        )
+        return 2
+    cfg = OmegaConf.load(Path(args[0]) / "config.yaml")
+    cfg.run_dir = str(Path(args[0]).resolve())
+    from pretrain.app import USER_ERRORS
+
+    try:
+        run(cfg, args[1] if len(args) > 1 else None)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""One MindFormers yaml per phase: run_dir/mindformers_<phase>.yaml (pure Python, no mindspore).
+
+Each is mindformers_config.export(...) of the run (model, parallel, context, optimizer, wrapper)
+with what makes the phase a continuation of the curriculum, in MindFormers 1.9.0's (legacy
+checkpoint format) keys, read from mindformers/trainer/base_trainer.py and trainer/utils.py:
+- lr_schedule: our schedule of the phase as `PretrainPhaseLR` (pretrain/engine/lr.py), keyed by
+  the optimizer's global step, which continues across phases: the same function of the step as
+  our loop's.
+- output_dir: run_dir/mindformers/<phase>; CheckpointMonitor writes per-rank shards under
+  <output_dir>/checkpoint/rank_<r>/ every train.save_every_steps, keeping train.keep_checkpoint_max.
+- load_checkpoint + resume_training: the previous phase's checkpoint directory (weights, optimizer
+  moments and global step, so the LR continues) with ignore_data_skip (the new phase reads its own
+  data from its first sample). The entry (pretrain/engine/mindformers.py) points load_checkpoint
+  at the phase's own checkpoints instead when they exist (a restart resumes, with data skip).
+- auto_trans_ckpt: true when the previous phase's strategy differs (MindFormers reshards the
+  per-rank shards into this layout); model-parallel layouts save their strategy file.
+- train_dataset: our MindRecord shards through `PretrainShardLoader` (pretrain/engine/dataset.py).
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig
+
+from pretrain.config.validate import phase_steps, phases
+from pretrain.engine.lr import lr_block
+from pretrain.model import mindformers_config as mfc
+from pretrain.train.schedule import PhaseLR, curriculum
+
+
+def yaml_path(run_dir: Path, phase: str) -> Path:
+    return Path(run_dir) / f"mindformers_{phase}.yaml"
+
+
+def output_dir(run_dir: Path, phase: str) -> Path:
+    return Path(run_dir).resolve() / "mindformers" / phase
+
+
+def checkpoint_dir(run_dir: Path, phase: str) -> Path:
+    return output_dir(run_dir, phase) / "checkpoint"
+
+
+def schedules(cfg: DictConfig, run_dir: Path) -> List[PhaseLR]:
+    """The run's phases' LR schedules. A phase run alone after the first starts from the LR the
+    previous phase ended at: read from that phase's yaml in this run dir when it is there (the run
+    that trained it wrote it), else assumed to be train.lr_peak (a dry run of the phase alone)."""
+    plist = phases(cfg)
+    start = 0.0
+    if len(plist) == 1 and plist[0].lr.peak is None:
+        start = previous_final_lr(cfg, run_dir) or float(cfg.train.lr_peak)
+    return curriculum(plist, [phase_steps(cfg, ph) for ph in plist], start=start)
+
+
+def previous_final_lr(cfg: DictConfig, run_dir: Path) -> Optional[float]:
+    from omegaconf import OmegaConf
+
+    from pretrain.train.runner import previous_phase
+
+    prev = previous_phase(str(phases(cfg)[0].name))
+    path = yaml_path(run_dir, prev) if prev else None
+    if path is None or not path.is_file():
+        return None
+    block = OmegaConf.to_container(OmegaConf.load(path).lr_schedule)
+    return PhaseLR(**{k: block[k] for k in PhaseLR.__dataclass_fields__}).final
+
+
+def first_steps(cfg: DictConfig, run_dir: Path, lrs: List[PhaseLR]) -> List[int]:
+    """The optimizer step each phase starts at: the steps of the phases before it in the curriculum
+    (for a phase run alone, those recorded in the previous phases' yamls of this run dir)."""
+    out, at = [], 0
+    plist = phases(cfg)
+    if len(plist) == 1:
+        at = _steps_before(cfg, run_dir)
+    for lr in lrs:
+        out.append(at)
+        at += lr.steps
+    return out
+
+
+def _steps_before(cfg: DictConfig, run_dir: Path) -> int:
+    from omegaconf import OmegaConf
+
+    from pretrain.train.runner import CURRICULUM
+
+    name = str(phases(cfg)[0].name)
+    if name not in CURRICULUM:
+        return 0
+    total = 0
+    for prev in CURRICULUM[: CURRICULUM.index(name)]:
+        path = yaml_path(run_dir, prev)
+        if path.is_file():
+            total += int(OmegaConf.load(path).lr_schedule.steps)
+    return total
+
+
+def export_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> Dict[str, Dict[str, Any]]:
+    """{phase name: the mindformers yaml as a dict} for every phase this run trains."""
+    plist = phases(cfg)
+    lrs = schedules(cfg, run_dir)
+    starts = first_steps(cfg, run_dir, lrs)
+    out: Dict[str, Dict[str, Any]] = {}
+    from pretrain.train.runner import previous_phase
+
+    for i, (phase, lr, first) in enumerate(zip(plist, lrs, starts)):
+        name = str(phase.name)
+        prev = str(plist[i - 1].name) if i else previous_phase(name) if len(plist) == 1 else None
+        y = mfc.export(
+            cfg,
+            first_phase=phase,
+            first_phase_steps=lr.steps,
+            first_phase_peak=lr.peak,
+            pad_token_id=pad_token_id,
+            run_dir=str(Path(run_dir).resolve()),
+            phase_name=name,
+        )
+        y["lr_schedule"] = lr_block(lr, first)
+        y["output_dir"] = str(output_dir(run_dir, name))
+        y["load_checkpoint"] = str(checkpoint_dir(run_dir, prev)) if prev else ""
+        y["resume_training"] = bool(prev)
+        y["ignore_data_skip"] = bool(prev)  # a new phase reads its own data from its first sample
+        y["auto_trans_ckpt"] = mfc.is_semi_auto(cfg)  # per-rank shards resharded when the layout changed
+        y["load_ckpt_format"] = "safetensors"
+        y["runner_config"]["epochs"] = 1  # one pass over the phase's samples = the phase's steps
+        resilience(cfg, y)
+        y["callbacks"].append(
+            {"type": "PretrainLossLog", "path": str(output_dir(run_dir, name) / "losses.jsonl")}
+        )
+        y["pretrain_phase"] = {"name": name, "steps": lr.steps, "first_step": first, "previous": prev or None}
+        out[name] = y
+    return out
+
+
+def resilience(cfg: DictConfig, y: Dict[str, Any]) -> None:
+    """Our resilience keys, mapped onto what MindFormers 1.9.0 has (README lists the rest):
+    - non-finite steps: MFTrainOneStepCell skips the update when the gradients overflow (its loss
+      scaler, runner_wrapper.scale_sense); check_for_nan_in_loss_and_grad stays off, since it stops
+      the run at the first NaN loss where resilience.max_nonfinite_in_row allows skips.
+    - resilience.async_save -> CheckpointMonitor.async_save.
+    - loss / global-norm monitoring: MFLossMonitor prints both every step; PretrainLossLog records them.
+    - data skip: MindFormers skips the samples a resumed run already trained (dataset.set_init_step);
+      a new phase starts at its first sample (ignore_data_skip)."""
+    y["check_for_nan_in_loss_and_grad"] = False
+    for cb in y["callbacks"]:
+        if cb["type"] == "CheckpointMonitor":
+            cb["async_save"] = bool(cfg.resilience.async_save)
+
+
+def write_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> List[Path]:
+    from pretrain.io import write_atomic
+
+    written = []
+    for name, y in export_phases(cfg, run_dir, pad_token_id).items():
+        path = yaml_path(run_dir, name)
+        write_atomic(path, mfc.to_yaml(y))
+        written.append(path)
+    return written
