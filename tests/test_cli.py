@@ -108,7 +108,9 @@ def test_layout_sweep_writes_every_row_and_exits_0(run_once):
     layouts = sorted(p.stem for p in (REPO / "conf" / "parallel").glob("*.yaml"))
     assert len(rows) == len(layouts) >= 12
     by_layout = {r["label"].split("=")[1]: r for r in rows}
-    assert by_layout["dp8tp4pp2"]["status"] == "does not fit" and by_layout["dp4tp8pp2"]["status"] == "plan only"
+    # model parallel fits and goes to MindFormers' trainer (engine column): "ok"
+    assert by_layout["dp8tp4pp2"]["status"] == "does not fit" and by_layout["dp4tp8pp2"]["status"] == "ok"
+    assert by_layout["dp4tp8pp2"]["engine"] == "mindformers"
     # the console: one verdict line per job, the plans and node commands in each job's job.log
     verdicts = [ln for ln in proc.stdout.splitlines() if re.match(r"  #\d+ ", ln)]
     assert len(verdicts) == len(rows) and "node 0: msrun" not in proc.stdout
