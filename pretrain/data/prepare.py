@@ -37,7 +37,7 @@ from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import fingerprint, resolve_files
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
-VERSION = 1            # bump when the prepared bytes change for the same config
+VERSION = 2            # bump when the prepared bytes change for the same config
 
 
 @dataclass
@@ -93,7 +93,24 @@ def _plain(node) -> Dict:
     return OmegaConf.to_container(node, resolve=True)
 
 
-STAGES = ("clean", "tokenizers", "datasets")
+STAGES = ("clean", "tokenizers", "datasets", "work")
+
+
+class _LazyEngine:
+    """data.engine, started only when a stage has to be built (a fully cached call starts no Ray)."""
+
+    def __init__(self, cfg) -> None:
+        self.cfg, self._engine = cfg, None
+
+    def get(self):
+        if self._engine is None:
+            from pretrain.data.engine import make_engine
+            self._engine = make_engine(self.cfg)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
 
 
 def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
@@ -102,12 +119,16 @@ def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
     tokenizer is trained."""
     check_data_config(data_cfg)   # the same rules `python -m pretrain` checks before it gets here
     cache = Path(str(data_cfg.cache_dir)).expanduser()
+    engine = _LazyEngine(data_cfg)
     try:
-        with stop_on_signals("data preparation", f"; finished stages stay in {cache} and are reused"):
-            sweep_stale(*(cache / stage for stage in STAGES))
-            sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
-            tok_path = _tokenizer(data_cfg, sources, cache, progress)
-            return {s.name: _dataset(s, tok_path, data_cfg, cache, progress) for s in sources}
+        with stop_on_signals("data preparation", f"; finished stages and tasks stay in {cache} and are reused"):
+            try:
+                sweep_stale(*(cache / stage for stage in STAGES))
+                sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
+                tok_path = _tokenizer(data_cfg, sources, cache, progress, engine)
+                return {s.name: _dataset(s, tok_path, data_cfg, cache, progress, engine) for s in sources}
+            finally:
+                engine.close()
     except OSError as exc:
         # Writing the cache failed (full disk, no permission, a file where a directory belongs):
         # say which cache; errors reading the inputs are counted per document, not raised.
@@ -179,20 +200,20 @@ def _plan(name: str, src, cfg) -> _Source:
     return _Source(name, files, src.builtin, src.text_field, key)
 
 
-def _clean_store(src: _Source, cfg, cache: Path, progress: bool) -> Tuple[Path, Dict]:
+def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEngine) -> Tuple[Path, Dict]:
     """The source's document store, ingesting it unless cached; (dir, counts)."""
-    from pretrain.data.ingest import ingest, source_items
+    from pretrain.data.stages import clean_store
     final = cache / "clean" / f"{src.name}-{src.clean_key[:16]}"
     if final.is_dir():
         why = _damaged_store(final)
         if why is None:
             return final, _kept_some(src.name, json.loads((final / "stats.json").read_text()))
         _discard(final, why)
+    work = cache / "work" / f"clean-{final.name}"
     with building(final) as tmp:
-        items = source_items(src.files, src.builtin, src.text_field, cfg.clean.max_chars, scratch=tmp)
-        stats = ingest(items, tmp, _plain(cfg.clean), _plain(cfg.dedup), cfg.val_fraction, src.name,
-                       progress, cfg.workers)
+        stats = clean_store(src, cfg, tmp, work, engine.get(), _plain)
         write_json_atomic(tmp / "stats.json", stats)
+    shutil.rmtree(work, ignore_errors=True)     # every task's output is in the published store now
     return final, _kept_some(src.name, stats)
 
 
@@ -206,7 +227,7 @@ def _kept_some(name: str, stats: Dict) -> Dict:
     return stats
 
 
-def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path:
+def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool, engine: _LazyEngine) -> Path:
     tcfg = cfg.tokenizer
     if tcfg.path:
         return tokenizers.check_given(str(tcfg.path))
@@ -218,7 +239,7 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
             return final / "tokenizer.model"
         _discard(final, why)
     from pretrain.data.docstore import DocStore
-    stores = [(_clean_store(s, cfg, cache, progress)) for s in sources]
+    stores = [(_clean_store(s, cfg, cache, progress, engine)) for s in sources]
     docs = sum(st["train"] for _, st in stores)
     chars = sum(st["chars"] for _, st in stores)
     if not docs:
@@ -238,7 +259,7 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
     return final / "tokenizer.model"
 
 
-def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool) -> Prepared:
+def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool, engine: _LazyEngine) -> Prepared:
     key_parts = {"v": VERSION, "clean": src.clean_key, "tokenizer": file_sha256(tok_path),
                  "seq_length": cfg.seq_length, "packing": cfg.packing, "num_shards": cfg.num_shards}
     key = digest(key_parts)
@@ -248,17 +269,15 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool) -> 
         if why is None:
             return Prepared.load(final, reused=True)
         _discard(final, why)
-    from pretrain.data.build import build_shards
-    from pretrain.data.docstore import DocStore
-    store_dir, docs = _clean_store(src, cfg, cache, progress)
+    from pretrain.data.stages import build_dataset
+    store_dir, docs = _clean_store(src, cfg, cache, progress, engine)
     docs = dict(docs)
     clean_s = docs.pop("seconds")
     tok = {**tokenizers.info(tok_path), "path": _in_cache(tok_path, cache)}
     t0 = time.time()
+    work = cache / "work" / f"dataset-{final.name}"
     with building(final) as tmp:
-        splits = build_shards(src.name, DocStore(store_dir), tok_path, tok, seq_length=cfg.seq_length,
-                              method=cfg.packing, num_shards=cfg.num_shards, workers=cfg.workers,
-                              out_dir=tmp, progress=progress)
+        splits = build_dataset(store_dir, tok_path, tok, cfg, tmp, work, engine.get())
         manifest = {
             "format": 1, "name": src.name, "seq_length": cfg.seq_length, "num_shards": cfg.num_shards,
             "packing": cfg.packing, "layout": LAYOUT,
@@ -272,10 +291,11 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool) -> 
         }
         check(manifest)
         write_json_atomic(tmp / "manifest.json", manifest)
+    shutil.rmtree(work, ignore_errors=True)
     return Prepared.load(final, reused=False)
 
 
 def _plain_cfg(cfg) -> Dict:
-    """The data config as it shapes the bytes (cache_dir, workers and name do not)."""
+    """The data config as it shapes the bytes (cache_dir, workers, name and the engine do not)."""
     d = _plain(cfg)
-    return {k: v for k, v in d.items() if k not in ("cache_dir", "workers", "name")}
+    return {k: v for k, v in d.items() if k not in ("cache_dir", "workers", "name", "engine", "ray")}
