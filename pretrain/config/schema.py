@@ -137,7 +137,7 @@ class DedupConfig:
 
 @dataclass
 class DataRayConfig:
-    address: Optional[str] = None             # a running cluster ("auto", "ray://host:10001", host:port); None: start one here
+    address: Optional[str] = None    # a running cluster: "auto", host:port, ray://host:10001; None: start one here
 
 
 @dataclass

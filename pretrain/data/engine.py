@@ -9,7 +9,8 @@ records travel back to the driver.
 Ray is imported only here, and only when engine=ray runs: compose/validate/plan never load it.
 MindSpore cannot be imported into a process that imported Ray first (Ray loads protobuf, and
 MindSpore's own protobuf modules then fail to load), so on Ray a task marked `fresh_process`
-(the MindRecord writers) runs in a fresh Python subprocess of its Ray worker.
+(the MindRecord writers) runs in a fresh Python subprocess of its Ray worker, and the driver
+loads MindSpore before Ray (it may go on to train in the same process).
 """
 import os
 import pickle
@@ -35,7 +36,7 @@ class LocalEngine:
         self.workers = workers
 
     def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
-        from pretrain.data.pool import ordered_map   # pool workers are spawned: they never hold Ray
+        from pretrain.data.pool import ordered_map  # pool workers are spawned: they never hold Ray
         with closing(ordered_map(fn, tasks, min(self.workers, len(tasks)), _noop)) as results:
             yield from results
 
@@ -62,6 +63,9 @@ class RayEngine:
     name = "ray"
 
     def __init__(self, address: Optional[str], workers: int, temp_dir: Optional[Path] = None) -> None:
+        if "ray" not in sys.modules:
+            # This process may train or write shards later: MindSpore must be loaded before Ray is.
+            import mindspore.mindrecord  # noqa: F401
         try:
             import ray
         except ImportError:
@@ -78,8 +82,8 @@ class RayEngine:
                     ray.init(address=address, **kwargs)
                 except (ConnectionError, RuntimeError, ValueError) as exc:
                     raise PretrainDataError(f"data.ray.address={address}: cannot connect to a Ray cluster "
-                                            f"({exc}); start one (ray start --head) or leave data.ray.address "
-                                            f"unset to start Ray here") from None
+                                            f"({exc}); start one (ray start --head) or leave "
+                                            f"data.ray.address unset to start Ray here") from None
             else:
                 # A private instance on this machine: as many CPUs as data.workers, no dashboard.
                 ray.init(num_cpus=workers, include_dashboard=False,
@@ -110,7 +114,7 @@ class RayEngine:
                     result = ray.get(ref)
                 except ray.exceptions.RayTaskError as exc:
                     cause = exc.as_instanceof_cause()
-                    raise (cause if isinstance(cause, PretrainDataError) else
+                    raise (cause if isinstance(cause, (PretrainDataError, OSError)) else
                            RuntimeError(f"a Ray task of {fn.__name__} failed: {exc}")) from None
                 for task in todo:
                     self._pending.append(call.remote(fn, task, fresh_process))

@@ -35,6 +35,7 @@ from pretrain.data.hashing import digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import fingerprint, resolve_files
+from pretrain.data.stages import sweep_work
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
 VERSION = 2            # bump when the prepared bytes change for the same config
@@ -96,13 +97,23 @@ def _plain(node) -> Dict:
 STAGES = ("clean", "tokenizers", "datasets", "work")
 
 
+class _NotReady(Exception):
+    """A rank that only waits found a stage not yet published."""
+
+
 class _LazyEngine:
-    """data.engine, started only when a stage has to be built (a fully cached call starts no Ray)."""
+    """data.engine, started only when a stage has to be built (a fully cached call starts no Ray).
+    build=False: a stage to build raises _NotReady instead (a rank waiting for rank 0)."""
 
-    def __init__(self, cfg) -> None:
-        self.cfg, self._engine = cfg, None
+    def __init__(self, cfg, build: bool = True) -> None:
+        self.cfg, self._engine, self.build = cfg, None, build
 
-    def get(self):
+    def require(self, what: str) -> None:
+        if not self.build:
+            raise _NotReady(what)
+
+    def get(self, what: str = "a data stage"):
+        self.require(what)
         if self._engine is None:
             from pretrain.data.engine import make_engine
             self._engine = make_engine(self.cfg)
@@ -113,15 +124,41 @@ class _LazyEngine:
             self._engine.close()
 
 
-def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
+WAIT_S = 24 * 3600      # how long a rank waits for rank 0's data before it gives up
+POLL_S = 10.0
+
+
+def prepare(data_cfg, *, progress: bool = True, wait: Optional[bool] = None) -> Dict[str, Prepared]:
     """All sources of `data_cfg`, each a Prepared (built now, or reused from the cache).
     progress: tqdm bars on the long stages (only when stderr is a terminal) and a line when a
-    tokenizer is trained."""
+    tokenizer is trained.
+    wait: only wait until the datasets are published (by another process, e.g. rank 0), build
+    nothing. None: wait when this process is a rank > 0 of a distributed job (RANK_ID, set by
+    msrun), so a multi-node job prepares its data once, on rank 0, whatever starts the ranks."""
+    if wait is None:
+        wait = int(os.environ.get("RANK_ID", "0") or 0) > 0
+    if not wait:
+        return _prepare(data_cfg, progress, build=True)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return _prepare(data_cfg, progress=False, build=False)
+        except _NotReady as missing:
+            if time.monotonic() > deadline:
+                raise PretrainDataError(
+                    f"rank {os.environ.get('RANK_ID', '?')}: waited {WAIT_S / 3600:.0f} h for rank 0 to publish "
+                    f"the data in data.cache_dir={data_cfg.cache_dir} ({missing} is still missing); it must be "
+                    f"a directory all nodes share, and rank 0 must be preparing it") from None
+            time.sleep(POLL_S)
+
+
+def _prepare(data_cfg, progress: bool, build: bool) -> Dict[str, Prepared]:
     check_data_config(data_cfg)   # the same rules `python -m pretrain` checks before it gets here
     cache = Path(str(data_cfg.cache_dir)).expanduser()
-    engine = _LazyEngine(data_cfg)
+    engine = _LazyEngine(data_cfg, build)
     try:
-        with stop_on_signals("data preparation", f"; finished stages and tasks stay in {cache} and are reused"):
+        note = f"; finished stages and tasks stay in {cache} and are reused"
+        with stop_on_signals("data preparation", note):
             try:
                 sweep_stale(*(cache / stage for stage in STAGES))
                 sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
@@ -129,6 +166,7 @@ def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
                 return {s.name: _dataset(s, tok_path, data_cfg, cache, progress, engine) for s in sources}
             finally:
                 engine.close()
+                sweep_work(cache / "work")    # what tasks stopped by an error or interrupt left
     except OSError as exc:
         # Writing the cache failed (full disk, no permission, a file where a directory belongs):
         # say which cache; errors reading the inputs are counted per document, not raised.
@@ -208,13 +246,26 @@ def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEn
         why = _damaged_store(final)
         if why is None:
             return final, _kept_some(src.name, json.loads((final / "stats.json").read_text()))
+        engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
     work = cache / "work" / f"clean-{final.name}"
-    with building(final) as tmp:
-        stats = clean_store(src, cfg, tmp, work, engine.get(), _plain)
-        write_json_atomic(tmp / "stats.json", stats)
+    run_on = engine.get(f"documents {final}")
+    try:
+        with building(final) as tmp:
+            stats = clean_store(src, cfg, tmp, work, run_on, _plain)
+            write_json_atomic(tmp / "stats.json", stats)
+    except OSError:
+        if not _published_meanwhile(final, _damaged_store):
+            raise
+        stats = json.loads((final / "stats.json").read_text())
     shutil.rmtree(work, ignore_errors=True)     # every task's output is in the published store now
     return final, _kept_some(src.name, stats)
+
+
+def _published_meanwhile(final: Path, damaged) -> bool:
+    """Whether another process preparing the same cache published `final` while this one built it
+    (and, done first, removed the work directory this one was using): then theirs is the result."""
+    return final.is_dir() and damaged(final) is None
 
 
 def _kept_some(name: str, stats: Dict) -> Dict:
@@ -237,8 +288,10 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool, engine:
         why = tokenizers.unusable(final / "tokenizer.model")
         if why is None:
             return final / "tokenizer.model"
+        engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
     from pretrain.data.docstore import DocStore
+    engine.require(f"tokenizer {final}")
     stores = [(_clean_store(s, cfg, cache, progress, engine)) for s in sources]
     docs = sum(st["train"] for _, st in stores)
     chars = sum(st["chars"] for _, st in stores)
@@ -268,16 +321,28 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool, eng
         why = _damaged_dataset(final)
         if why is None:
             return Prepared.load(final, reused=True)
+        engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
-    from pretrain.data.stages import build_dataset
     store_dir, docs = _clean_store(src, cfg, cache, progress, engine)
     docs = dict(docs)
     clean_s = docs.pop("seconds")
     tok = {**tokenizers.info(tok_path), "path": _in_cache(tok_path, cache)}
-    t0 = time.time()
     work = cache / "work" / f"dataset-{final.name}"
+    engine.require(f"dataset {final}")
+    try:
+        _build_dataset(src, store_dir, tok_path, tok, docs, clean_s, key, key_parts, cfg, final, work, engine)
+    except OSError:
+        if not _published_meanwhile(final, _damaged_dataset):
+            raise
+    shutil.rmtree(work, ignore_errors=True)
+    return Prepared.load(final, reused=False)
+
+
+def _build_dataset(src, store_dir, tok_path, tok, docs, clean_s, key, key_parts, cfg, final, work, engine):
+    from pretrain.data.stages import build_dataset
+    t0 = time.time()
     with building(final) as tmp:
-        splits = build_dataset(store_dir, tok_path, tok, cfg, tmp, work, engine.get())
+        splits = build_dataset(store_dir, tok_path, tok, cfg, tmp, work, engine.get(f"dataset {final}"))
         manifest = {
             "format": 1, "name": src.name, "seq_length": cfg.seq_length, "num_shards": cfg.num_shards,
             "packing": cfg.packing, "layout": LAYOUT,
@@ -291,8 +356,6 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool, eng
         }
         check(manifest)
         write_json_atomic(tmp / "manifest.json", manifest)
-    shutil.rmtree(work, ignore_errors=True)
-    return Prepared.load(final, reused=False)
 
 
 def _plain_cfg(cfg) -> Dict:

@@ -32,7 +32,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Dict, List, Optional, Sequence
@@ -87,10 +87,21 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
     stage_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale(stage_dir)
     todo = [t for t in tasks if not (Path(t.out) / DONE).is_file()]
-    for _ in engine.map(fn, todo, fresh_process=fresh_process):
-        pass
+    try:
+        for _ in engine.map(fn, todo, fresh_process=fresh_process):
+            pass
+    except BaseException:
+        # Workers stopped mid-task (terminated, not unwound) leave their temp dirs: gone now.
+        sweep_stale(stage_dir)
+        raise
     counts[stage] = (len(todo), len(tasks) - len(todo))
     return [json.loads((Path(t.out) / DONE).read_text()) for t in tasks]
+
+
+def sweep_work(work_root: Path) -> None:
+    """Temp dirs of dead task processes in every stage dir under <cache>/work."""
+    if work_root.is_dir():
+        sweep_stale(*(stage for build in work_root.iterdir() if build.is_dir() for stage in build.iterdir()))
 
 
 _cache: Dict = {}
@@ -328,7 +339,8 @@ def _final_split(t: FinalTask, tmp: Path) -> Dict:
         idx = np.flatnonzero(keep)
         if len(idx):
             breaks = np.flatnonzero(np.diff(idx) != 1)
-            for a, b in zip(np.concatenate([[0], breaks + 1]).tolist(), np.concatenate([breaks, [len(idx) - 1]]).tolist()):
+            firsts, lasts = np.concatenate([[0], breaks + 1]), np.concatenate([breaks, [len(idx) - 1]])
+            for a, b in zip(firsts.tolist(), lasts.tolist()):
                 s, e = int(starts[idx[a]]), int(ends[idx[b]])
                 f_in.seek(s)
                 f_out.write(f_in.read(e - s))
@@ -365,8 +377,10 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     if dedup["near"]:
         run_stage(engine, "near", near_dir, near_part,
                   [PartTask(str(near_dir / str(q)), q, read_dirs, str(exact_dir)) for q in range(BAND_PARTS)])
-        run_stage(engine, "components", comp_dir, components, [ComponentsTask(str(comp_dir / "0"), str(near_dir))])
-    finals = [FinalTask(str(work / "final" / f"{i:05d}"), i, read_dirs[i], str(exact_dir), str(comp_dir / "0"))
+        run_stage(engine, "components", comp_dir, components,
+                  [ComponentsTask(str(comp_dir / "0"), str(near_dir))])
+    finals = [FinalTask(str(work / "final" / f"{i:05d}"), i, read_dirs[i], str(exact_dir),
+                        str(comp_dir / "0"))
               for i in range(len(splits))]
     final_recs = run_stage(engine, "final", work / "final", final_split, finals)
     _concat_stores([Path(t.out) for t in finals], out)
@@ -506,10 +520,11 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
     recs = run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
     chunks = [t.out for t in toks]
     expected = int(store.ends[-1]) * 2 if len(store) else 0      # ~0.3 tokens/byte x 4 B + headroom
+    pad = tok["pad_id"]
     shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"), "train", s, n, chunks,
-                        sum(r["split"].get(str(s), 0) for r in recs), capacity, tok["pad_id"], method, expected // n)
+                        sum(r["split"].get(str(s), 0) for r in recs), capacity, pad, method, expected // n)
               for s in range(n)]
-    shards.append(ShardTask(str(work / "shards" / "val-00000"), "val", 0, 1, chunks, 0, capacity, tok["pad_id"],
+    shards.append(ShardTask(str(work / "shards" / "val-00000"), "val", 0, 1, chunks, 0, capacity, pad,
                             method, expected // 50))
     done = run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
     out_splits = {}
