@@ -147,3 +147,52 @@ def test_ranks_above_0_wait_for_the_published_data_and_never_build(corpus, local
     waiter.join(60)
     assert not waiter.is_alive() and got["web"].reused and got["web"].dir == built.dir
     assert _manifest(got["web"]) == _manifest(built)
+
+
+def _ray_node(args, env, log):
+    """`ray start --block ...` in its own process group (ended by that group's id, nothing else)."""
+    import subprocess
+    return subprocess.Popen(["ray", "start", "--block", "--num-cpus=1", *args], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, local, ray_tmp, tmp_path):
+    """`ray start --head` and `ray start --address=...`, one CPU each; prepare() joins the cluster at
+    data.ray.address. The second node is stopped mid-job: the job finishes on the first."""
+    import signal
+    import socket
+    import threading
+    import time
+    from contextlib import suppress
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": os.getcwd()}
+    log = open(tmp_path / "ray.log", "wb")
+    head = ["--head", f"--port={port}", "--include-dashboard=false", "--node-ip-address=127.0.0.1"]
+    nodes = [_ray_node(head, env, log)]
+    try:
+        time.sleep(8)
+        nodes.append(_ray_node([f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1"], env, log))
+        time.sleep(8)
+        cfg = _cfg(tmp_path / "cache", corpus, "ray", **{"ray.address": f"127.0.0.1:{port}"})
+        def stop_second_node():      # once the tokenize stage has begun
+            while not (tmp_path / "cache" / "work").exists() or not any(
+                    (tmp_path / "cache" / "work").glob("dataset-*/tokenize/*/done.json")):
+                time.sleep(0.2)
+            os.killpg(nodes[1].pid, signal.SIGKILL)
+        stopper = threading.Thread(target=stop_second_node, daemon=True)
+        stopper.start()
+        on_cluster = prepare(cfg, progress=False)["web"]
+        assert nodes[1].poll() is not None, "the second node was not stopped during the job"
+        assert _manifest(on_cluster) == _manifest(local) and _files(on_cluster) == _files(local)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for p in nodes:
+                with suppress(ProcessLookupError):
+                    os.killpg(p.pid, sig)
+            time.sleep(3)
+        for p in nodes:
+            p.wait(30)
+        log.close()

@@ -254,7 +254,7 @@ def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEn
         with building(final) as tmp:
             stats = clean_store(src, cfg, tmp, work, run_on, _plain)
             write_json_atomic(tmp / "stats.json", stats)
-    except OSError:
+    except Exception:       # OSError, or what a writer makes of a vanished directory
         if not _published_meanwhile(final, _damaged_store):
             raise
         stats = json.loads((final / "stats.json").read_text())
@@ -331,7 +331,7 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool, eng
     engine.require(f"dataset {final}")
     try:
         _build_dataset(src, store_dir, tok_path, tok, docs, clean_s, key, key_parts, cfg, final, work, engine)
-    except OSError:
+    except Exception:       # OSError, or what a writer makes of a vanished directory
         if not _published_meanwhile(final, _damaged_dataset):
             raise
     shutil.rmtree(work, ignore_errors=True)
