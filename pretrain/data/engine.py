@@ -34,14 +34,27 @@ class LocalEngine:
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+        self._pool = None       # one set of worker processes for every stage of this prepare()
 
     def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
-        from pretrain.data.pool import ordered_map  # pool workers are spawned: they never hold Ray
-        with closing(ordered_map(fn, tasks, min(self.workers, len(tasks)), _noop)) as results:
-            yield from results
+        """Results in task order; a single task runs in this process (no worker start-up for it)."""
+        from pretrain.data.pool import make_pool, ordered_map  # spawned workers: they never hold Ray
+        if self.workers <= 1 or len(tasks) <= 1:
+            yield from map(fn, tasks)
+            return
+        if self._pool is None:
+            self._pool = make_pool(self.workers, _noop)
+        try:
+            with closing(ordered_map(fn, tasks, self.workers, _noop, pool=self._pool)) as results:
+                yield from results
+        except BaseException:
+            self._pool = None       # ordered_map stopped its workers
+            raise
 
     def close(self) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
 
 def run_pickled(blob: bytes):

@@ -35,7 +35,7 @@ from pretrain.data.hashing import digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import fingerprint, resolve_files
-from pretrain.data.stages import sweep_work
+from pretrain.data.stages import forget, sweep_work
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
 VERSION = 2            # bump when the prepared bytes change for the same config
@@ -146,9 +146,9 @@ def prepare(data_cfg, *, progress: bool = True, wait: Optional[bool] = None) -> 
         except _NotReady as missing:
             if time.monotonic() > deadline:
                 raise PretrainDataError(
-                    f"rank {os.environ.get('RANK_ID', '?')}: waited {WAIT_S / 3600:.0f} h for rank 0 to publish "
-                    f"the data in data.cache_dir={data_cfg.cache_dir} ({missing} is still missing); it must be "
-                    f"a directory all nodes share, and rank 0 must be preparing it") from None
+                    f"rank {os.environ.get('RANK_ID', '?')}: waited {WAIT_S / 3600:.0f} h for rank 0 to "
+                    f"publish the data in data.cache_dir={data_cfg.cache_dir} ({missing} is still missing); "
+                    f"it must be a directory all nodes share, and rank 0 must be preparing it") from None
             time.sleep(POLL_S)
 
 
@@ -166,6 +166,7 @@ def _prepare(data_cfg, progress: bool, build: bool) -> Dict[str, Prepared]:
                 return {s.name: _dataset(s, tok_path, data_cfg, cache, progress, engine) for s in sources}
             finally:
                 engine.close()
+                forget()                      # this process's per-task caches (tokenizers, stores)
                 sweep_work(cache / "work")    # what tasks stopped by an error or interrupt left
     except OSError as exc:
         # Writing the cache failed (full disk, no permission, a file where a directory belongs):

@@ -107,6 +107,10 @@ def sweep_work(work_root: Path) -> None:
 _cache: Dict = {}
 
 
+def forget() -> None:
+    _cache.clear()
+
+
 def _cached(key, make: Callable):
     """Per-process objects that are costly to build (cleaner, MinHash permutations, tokenizer)."""
     if key not in _cache:
