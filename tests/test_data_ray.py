@@ -165,7 +165,8 @@ def _ray_node(args, env, log):
 
 
 @pytest.mark.slow
-def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, local, ray_tmp, tmp_path):
+def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, local, ray_tmp, tmp_path,
+                                                                     monkeypatch):
     """`ray start --head` and `ray start --address=...`, one CPU each; prepare() joins the cluster at
     data.ray.address. The second node is stopped mid-job: the job finishes on the first."""
     import signal
@@ -176,6 +177,8 @@ def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, lo
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # A cluster bound to 127.0.0.1 for this test: no token (Ray >= 2.5x enables token auth by default).
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "PYTHONPATH": os.getcwd()}
     log = open(tmp_path / "ray.log", "wb")
     head = ["--head", f"--port={port}", "--include-dashboard=false", "--node-ip-address=127.0.0.1"]
