@@ -100,7 +100,10 @@ def test_ray_and_local_write_byte_identical_shards_and_manifests(corpus, local, 
     # One Ray worker dies in the middle of the read stage (os._exit in a task): Ray retries the
     # task elsewhere, and the output is still the same.
     monkeypatch.setenv(stages.FAIL_ENV, f"read/00002:exit:{tmp_path / 'died'}")
+    # and on Ray the files are read in 4 kB byte ranges (local read each whole): same output
+    monkeypatch.setattr(stages, "SPLIT_BYTES", 4096)
     on_ray = prepare(_cfg(tmp_path / "cache", corpus, "ray"), progress=False)["web"]
+    assert stages.counts["read"][0] > 4 * 3
     assert (tmp_path / "died").exists(), "the injected worker death did not happen"
     assert not sys.modules["ray"].is_initialized(), "prepare() leaves no Ray instance behind"
 
@@ -207,3 +210,17 @@ def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, lo
         for p in nodes:
             p.wait(30)
         log.close()
+
+
+def test_a_jsonl_file_read_in_byte_ranges_yields_what_one_read_does(tmp_path):
+    from pretrain.data.sources import read_documents, read_jsonl_range
+    lines = [json.dumps({"text": f"document {i} " + "word " * (i % 37)}) for i in range(300)]
+    lines[5], lines[17], lines[40] = "", '{"text": broken', json.dumps({"other": 1})
+    path = tmp_path / "a.jsonl"
+    path.write_text("\n".join(lines) + "\n\n")
+    whole = list(read_documents([path], "text", 10_000))
+    size = path.stat().st_size
+    for step in (1, 7, 100, 1000, size):
+        parts = [i for a in range(0, size, step)
+                 for i in read_jsonl_range(path, a, min(a + step, size), "text", 10_000)]
+        assert parts == whole, step

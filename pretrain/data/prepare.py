@@ -1,6 +1,8 @@
 """prepare(data_cfg): every source of the data config, ready to load, built once and cached.
 
-Stages and what caches them (all under data.cache_dir, content-addressed, published atomically):
+Stages and what caches them (all under data.cache_dir, content-addressed, published atomically;
+each runs as tasks on data.engine, see pretrain.data.stages, whose outputs wait in work/ until the
+stage is published, so a rerun redoes only unfinished tasks):
   clean/<source>-<key>/       read -> clean -> dedup -> held-out split   key: inputs + clean/dedup/val
   tokenizers/<key>/           sentencepiece trained on all sources       key: clean keys + tokenizer cfg
   datasets/<source>-<key>/    tokenize -> pack -> shard -> manifest      key: clean key + tokenizer
@@ -36,6 +38,7 @@ from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import fingerprint, resolve_files
 from pretrain.data.stages import forget, sweep_work
+from pretrain.data.stages import progress as stage_progress
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
 VERSION = 2            # bump when the prepared bytes change for the same config
@@ -156,6 +159,7 @@ def _prepare(data_cfg, progress: bool, build: bool) -> Dict[str, Prepared]:
     check_data_config(data_cfg)   # the same rules `python -m pretrain` checks before it gets here
     cache = Path(str(data_cfg.cache_dir)).expanduser()
     engine = _LazyEngine(data_cfg, build)
+    stage_progress.on = progress
     try:
         note = f"; finished stages and tasks stay in {cache} and are reused"
         with stop_on_signals("data preparation", note):

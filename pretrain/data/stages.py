@@ -1,7 +1,8 @@
 """The data stages as tasks over partitions: the one algorithm both engines (engine.py) run.
 
 Clean store of a source (documents in, deduplicated documents out):
-  read/<split>      one task per input split (a file; a builtin source is one split): read ->
+  read/<split>      one task per input split (a file, or a 16 MB byte range of a large .jsonl; a
+                    builtin source is one split): read ->
                     clean -> exact hash + MinHash LSH band keys; writes the surviving candidates
                     and shuffles their hashes into EXACT_PARTS / BAND_PARTS partition files
   exact/<p>         exact dedup of hash partition p: of equal hashes the lowest global id stays
@@ -44,6 +45,7 @@ from pretrain.data.fsutil import building, sweep_stale, write_json_atomic
 DONE = "done.json"
 EXACT_PARTS = 8            # fixed, so the work layout (and a restart) never depends on the engine
 BAND_PARTS = 8
+SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is read as several splits
 FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
                                   # kills the process once (it creates <marker> first)
 
@@ -83,13 +85,18 @@ def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
 
 def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence,
               fresh_process: bool = False) -> List[Dict]:
-    """Run the tasks not yet published under stage_dir; every task's completion record, in order."""
+    """Run the tasks not yet published under stage_dir; every task's completion record, in order.
+    A progress bar (tasks) shows on a terminal when `progress` (set by the caller) is on."""
+    from tqdm import tqdm
     stage_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale(stage_dir)
     todo = [t for t in tasks if not (Path(t.out) / DONE).is_file()]
+    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=f"{stage} {stage_dir.parent.name[:24]}",
+               unit="task", leave=False, disable=None if progress.on else True, mininterval=0.5)
     try:
         for _ in engine.map(fn, todo, fresh_process=fresh_process):
-            pass
+            bar.update(1)
+        bar.close()
     except BaseException:
         # Workers stopped mid-task (terminated, not unwound) leave their temp dirs: gone now.
         sweep_stale(stage_dir)
@@ -104,6 +111,7 @@ def sweep_work(work_root: Path) -> None:
         sweep_stale(*(stage for build in work_root.iterdir() if build.is_dir() for stage in build.iterdir()))
 
 
+progress = SimpleNamespace(on=False)    # prepare(progress=...) sets it for the bars of run_stage
 _cache: Dict = {}
 
 
@@ -140,6 +148,7 @@ class ReadTask:
     clean: dict
     dedup: dict
     val_fraction: float
+    byte_range: Optional[tuple] = None     # (start, stop) of the one .jsonl file: lines starting there
 
 
 def lsh_shape(dedup: dict) -> tuple:
@@ -171,7 +180,12 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     band_keys: List[List[int]] = []
     dropped: Counter = Counter()
     seen = split_docs = extra = 0
-    items = source_items([Path(f) for f in t.files], t.builtin, t.text_field, clean["max_chars"], scratch=tmp)
+    if t.byte_range:
+        from pretrain.data.sources import read_jsonl_range
+        items = read_jsonl_range(Path(t.files[0]), *t.byte_range, t.text_field, clean["max_chars"])
+    else:
+        items = source_items([Path(f) for f in t.files], t.builtin, t.text_field, clean["max_chars"],
+                             scratch=tmp)
     for item in items:
         if isinstance(item, Drop):
             seen += item.count
@@ -356,7 +370,19 @@ def _final_split(t: FinalTask, tmp: Path) -> Dict:
 
 
 def _splits(files: List[Path], builtin: Optional[str]) -> List[tuple]:
-    return ([([], builtin)] if builtin else []) + [([str(f)], None) for f in files]
+    """(files, builtin, byte range) of each read task: a builtin source, then one per input file,
+    an uncompressed .jsonl file of more than SPLIT_BYTES in byte ranges (so one big file does not
+    become one long task). Document order (and so which copy of a duplicate stays) is the input
+    order whatever the splits."""
+    from pretrain.data.sources import file_kind
+    out = [([], builtin, None)] if builtin else []
+    for f in files:
+        size = f.stat().st_size if f.is_file() else 0
+        if file_kind(f) == (".jsonl", "") and size > SPLIT_BYTES:
+            out += [([str(f)], None, (a, min(a + SPLIT_BYTES, size))) for a in range(0, size, SPLIT_BYTES)]
+        else:
+            out.append(([str(f)], None, None))
+    return out
 
 
 def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dict:
@@ -371,7 +397,7 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     Deduper(NS(**dedup))
     splits = _splits(src.files, src.builtin)
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
-                      float(cfg.val_fraction)) for i, (f, b) in enumerate(splits)]
+                      float(cfg.val_fraction), r) for i, (f, b, r) in enumerate(splits)]
     read_recs = run_stage(engine, "read", work / "read", read_split, reads)
     read_dirs = [t.out for t in reads]
     exact_dir, near_dir, comp_dir = work / "exact", work / "near", work / "components"
