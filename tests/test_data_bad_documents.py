@@ -208,8 +208,9 @@ def test_dedup_num_perm_0_is_one_line_and_leaves_no_temp_dir(tmp_path):
     assert temp_dirs(tmp_path / "cache") == []
 
 
-@pytest.mark.parametrize("stage", ["pretrain.data.ingest.ingest", "pretrain.data.tokenizer.train",
-                                   "pretrain.data.build.build_shards"])
+@pytest.mark.parametrize("stage", ["pretrain.data.stages.clean_store", "pretrain.data.stages._read_split",
+                                   "pretrain.data.tokenizer.train", "pretrain.data.stages.build_dataset",
+                                   "pretrain.data.stages._write_shard"])
 def test_an_error_in_any_stage_leaves_no_temp_dir(tmp_path, monkeypatch, stage):
     module, name = stage.rsplit(".", 1)
 

@@ -1,6 +1,7 @@
 """Data pipeline throughput, side by side on one input and the same cores.
 
     python -m pretrain.bench.data [--input PATH ...] [--workers N] [--seq-length S] [--repeats R]
+                                  [--engines local,ray]
 
 Prints, measured in this one run:
   raw encode           sentencepiece encode with N worker processes (reading the same cleaned
@@ -9,7 +10,8 @@ Prints, measured in this one run:
                        best-fit packing, same N workers; its ratio to raw encode (goal >= 0.7)
   concat               the same path with concat-and-chunk packing
   end to end           prepare() from the raw files: read, clean, dedup, tokenize, pack, shard,
-                       manifest (tokenizer given, so no training)
+                       manifest (tokenizer given, so no training), once per --engines entry
+                       (engine=ray: a Ray instance started here with N CPUs, its start-up included)
   packing quality      padding fraction and truncated documents, best-fit vs concat-and-chunk
 Throughputs are in encoded tokens per second (EOD excluded, identical for every row); timed rows
 are medians of --repeats interleaved runs. CPU seconds (this process plus its workers) are shown
@@ -74,6 +76,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seq-length", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokenizer", help="a sentencepiece .model (default: the sample corpus's, trained once)")
+    ap.add_argument("--engines", default="local", help="data.engine values to time end to end, e.g. local,ray")
     args = ap.parse_args(argv)
 
     import mindspore.mindrecord  # noqa: F401  (import once, outside every timed region)
@@ -124,10 +127,14 @@ def main(argv=None) -> None:
             timings["concat"].append(t)
         tokens = with_eod - len(store)     # encoded tokens, EOD excluded
 
-        cfg = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}",
-                       f"data.cache_dir={tmp / 'e2e'}", f"data.tokenizer.path={tok_path}"]).data
-        cfg.sources = {"bench": SourceConfig(paths=[str(p) for p in inputs])}
-        _, e2e_t, e2e_c = _timed(lambda: prepare(cfg, progress=False))
+        e2e = {}
+        for engine in args.engines.split(","):
+            cfg = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}",
+                           f"data.cache_dir={tmp / ('e2e-' + engine)}", f"data.tokenizer.path={tok_path}",
+                           f"data.engine={engine}"]).data
+            cfg.sources = {"bench": SourceConfig(paths=[str(p) for p in inputs])}
+            e2e[engine] = _timed(lambda cfg=cfg: prepare(cfg, progress=False, wait=False))
+        sums = {e: [s["sha256"] for s in r[0]["bench"].manifest["train"]["shards"]] for e, r in e2e.items()}
 
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
            for k, v in timings.items()}
@@ -140,8 +147,8 @@ def main(argv=None) -> None:
     rows = [("raw sentencepiece encode", *med["raw"]),
             ("tokenize -> pack -> shard (best-fit)", *med["best_fit"]),
             ("tokenize -> pack -> shard (concat)", *med["concat"]),
-            ("read -> clean -> dedup", t_ingest, c_ingest),
-            ("end to end: prepare() from files", e2e_t, e2e_c)]
+            ("read -> clean -> dedup", t_ingest, c_ingest)]
+    rows += [(f"end to end: prepare(), engine={e}", t, c) for e, (_, t, c) in e2e.items()]
     for name, t, c in rows:
         print(f"{name:<38} {t:>7.2f} {tokens / t / 1e6:>8.3f} {r / t:>7.2f} {c:>7.2f} {rc / c:>13.2f}")
     print(f"\n{'packing (train split)':<22} {'rows':>8} {'padding':>9} {'truncated docs':>15}")
@@ -151,6 +158,11 @@ def main(argv=None) -> None:
     goal = "meets" if r / p >= 0.7 else "MISSES"
     print(f"\ntokenize->pack->shard runs at {r / p:.2f} of raw encode throughput ({goal} the 0.7 goal); "
           f"by CPU time {rc / pc:.2f}")
+    if "local" in e2e and "ray" in e2e:
+        (_, lt, lc), (_, rt, rc_) = e2e["local"], e2e["ray"]
+        same = "identical" if sums["local"] == sums["ray"] else "DIFFERENT"
+        print(f"engine=ray / engine=local end to end: {lt / rt:.2f} by wall time, {lc / rc_:.2f} by CPU time "
+              f"(CPU of Ray's own processes not counted); train shards {same}")
     sys.stdout.flush()
 
 

@@ -138,6 +138,11 @@ class DedupConfig:
 
 
 @dataclass
+class DataRayConfig:
+    address: Optional[str] = None    # a running cluster: "auto", host:port, ray://host:10001; None: start one here
+
+
+@dataclass
 class DataConfig:
     name: str = MISSING
     sources: Dict[str, SourceConfig] = field(default_factory=dict)
@@ -153,6 +158,8 @@ class DataConfig:
     workers: int = between(1, K, 2)
     clean: CleanConfig = field(default_factory=CleanConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
+    engine: str = "local"                     # local (process pool) | ray (tasks on data.ray.address); same output
+    ray: DataRayConfig = field(default_factory=DataRayConfig)
 
 
 @dataclass

@@ -289,9 +289,12 @@ def _data_alone(d) -> Iterator[str]:
     if not d.sources:
         yield "data.sources is empty: name at least one source (data.sources.NAME.paths=[dir/or/*.jsonl])"
     from pretrain.data.clean import FORMS
+    from pretrain.data.engine import ENGINES
     from pretrain.data.pack import METHODS
     if d.packing not in METHODS:
         yield f"data.packing={d.packing!r} must be one of {', '.join(METHODS)}"
+    if d.get("engine", "local") not in ENGINES:
+        yield f"data.engine={d.engine!r} must be one of {', '.join(ENGINES)}"
     if d.clean.normalize not in FORMS:
         yield f"data.clean.normalize={d.clean.normalize!r} must be one of {', '.join(FORMS)}"
     if d.tokenizer.path is None and not d.tokenizer.train:

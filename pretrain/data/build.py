@@ -8,7 +8,7 @@ here too. Buffers are flushed every POOL_ROWS rows' worth of tokens: memory stay
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from pretrain.data.docstore import DocStore
 from pretrain.data.encode import chunk_tasks, run_tasks
@@ -37,9 +37,9 @@ class _Sink:
     """Rows of one split: pack buffered documents, write rows, count."""
 
     def __init__(self, out_dir: Path, split: str, num_shards: int, capacity: int, pad_id: int,
-                 method: str, expected_bytes: int) -> None:
+                 method: str, expected_bytes: int, index: Optional[int] = None) -> None:
         self.capacity, self.pad_id, self.method = capacity, pad_id, method
-        self.writer = ShardWriter(out_dir, split, num_shards, capacity, expected_bytes)
+        self.writer = ShardWriter(out_dir, split, num_shards, capacity, expected_bytes, index)
         self.stats = SplitStats()
         self.concat = ConcatPacker(capacity, pad_id) if method == "concat" else None
         self._pool: List[Docs] = []

@@ -1,6 +1,9 @@
-"""Dedup stage: exact duplicates by a normalised hash, near duplicates by MinHash-LSH.
+"""Dedup building blocks: exact duplicates by a normalised hash, near duplicates by MinHash-LSH.
 
-First seen wins: a document is dropped when an earlier kept document of the same source is
+prepare() dedups with partitioned tasks (pretrain.data.stages: hash partitions, LSH band
+partitions, connected components keeping the first document of each). What follows is the
+streaming Deduper that ingest() (and the benchmark's stage timing) uses, and the MinHasher both use.
+Streaming rule, first seen wins: a document is dropped when an earlier kept document of the same source is
 identical up to case/whitespace/punctuation (exact) or has an estimated word-shingle Jaccard
 similarity of at least `threshold` (near, datasketch's MinHashLSH).
 

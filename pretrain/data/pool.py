@@ -18,7 +18,7 @@ import sys
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -74,20 +74,28 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+def make_pool(workers: int, initializer: Callable[..., None], initargs: Sequence = ()) -> ProcessPoolExecutor:
+    """`workers` processes for ordered_map, to reuse across several maps (pass it as `pool`)."""
+    import os
+    # spawn, not fork: the parent may already hold mindspore's threads, which fork would break.
+    # An executor (unlike mp.Pool) fails loudly if a worker dies instead of respawning it forever.
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                               initargs=(os.getpid(), initializer, tuple(initargs)))
+
+
 def ordered_map(fn: Callable[[T], R], inputs: Iterable[T], workers: int,
-                initializer: Callable[..., None], initargs: Sequence = ()) -> Iterator[R]:
+                initializer: Callable[..., None], initargs: Sequence = (),
+                pool: Optional[ProcessPoolExecutor] = None) -> Iterator[R]:
     """fn over inputs in `workers` processes (in this process when workers <= 1). fn and
     initializer must be importable module-level functions; initializer sets up per-process state.
-    Close the iterator (contextlib.closing) when not consuming it to the end."""
+    Close the iterator (contextlib.closing) when not consuming it to the end.
+    pool: a make_pool() to use (not shut down at the end; stopped, and then unusable, on an error)."""
     if workers <= 1:
         initializer(*initargs)
         yield from map(fn, inputs)
         return
-    import os
-    # spawn, not fork: the parent may already hold mindspore's threads, which fork would break.
-    # An executor (unlike mp.Pool) fails loudly if a worker dies instead of respawning it forever.
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                               initargs=(os.getpid(), initializer, tuple(initargs)))
+    own = pool is None
+    pool = pool or make_pool(workers, initializer, initargs)
 
     def submit(x: T):
         with _sigint_blocked():          # a submit may start a worker
@@ -103,4 +111,5 @@ def ordered_map(fn: Callable[[T], R], inputs: Iterable[T], workers: int,
     except BaseException:
         _stop(pool)
         raise
-    pool.shutdown()
+    if own:
+        pool.shutdown()

@@ -1,6 +1,8 @@
 """prepare(data_cfg): every source of the data config, ready to load, built once and cached.
 
-Stages and what caches them (all under data.cache_dir, content-addressed, published atomically):
+Stages and what caches them (all under data.cache_dir, content-addressed, published atomically;
+each runs as tasks on data.engine, see pretrain.data.stages, whose outputs wait in work/ until the
+stage is published, so a rerun redoes only unfinished tasks):
   clean/<source>-<key>/       read -> clean -> dedup -> held-out split   key: inputs + clean/dedup/val
   tokenizers/<key>/           sentencepiece trained on all sources       key: clean keys + tokenizer cfg
   datasets/<source>-<key>/    tokenize -> pack -> shard -> manifest      key: clean key + tokenizer
@@ -35,9 +37,11 @@ from pretrain.data.hashing import digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import fingerprint, resolve_files
+from pretrain.data.stages import forget, sweep_work
+from pretrain.data.stages import progress as stage_progress
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
-VERSION = 1            # bump when the prepared bytes change for the same config
+VERSION = 2            # bump when the prepared bytes change for the same config
 
 
 @dataclass
@@ -93,21 +97,81 @@ def _plain(node) -> Dict:
     return OmegaConf.to_container(node, resolve=True)
 
 
-STAGES = ("clean", "tokenizers", "datasets")
+STAGES = ("clean", "tokenizers", "datasets", "work")
 
 
-def prepare(data_cfg, *, progress: bool = True) -> Dict[str, Prepared]:
+class _NotReady(Exception):
+    """A rank that only waits found a stage not yet published."""
+
+
+class _LazyEngine:
+    """data.engine, started only when a stage has to be built (a fully cached call starts no Ray).
+    build=False: a stage to build raises _NotReady instead (a rank waiting for rank 0)."""
+
+    def __init__(self, cfg, build: bool = True) -> None:
+        self.cfg, self._engine, self.build = cfg, None, build
+
+    def require(self, what: str) -> None:
+        if not self.build:
+            raise _NotReady(what)
+
+    def get(self, what: str = "a data stage"):
+        self.require(what)
+        if self._engine is None:
+            from pretrain.data.engine import make_engine
+            self._engine = make_engine(self.cfg)
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+
+WAIT_S = 24 * 3600      # how long a rank waits for rank 0's data before it gives up
+POLL_S = 10.0
+
+
+def prepare(data_cfg, *, progress: bool = True, wait: Optional[bool] = None) -> Dict[str, Prepared]:
     """All sources of `data_cfg`, each a Prepared (built now, or reused from the cache).
     progress: tqdm bars on the long stages (only when stderr is a terminal) and a line when a
-    tokenizer is trained."""
+    tokenizer is trained.
+    wait: only wait until the datasets are published (by another process, e.g. rank 0), build
+    nothing. None: wait when this process is a rank > 0 of a distributed job (RANK_ID, set by
+    msrun), so a multi-node job prepares its data once, on rank 0, whatever starts the ranks."""
+    if wait is None:
+        wait = int(os.environ.get("RANK_ID", "0") or 0) > 0
+    if not wait:
+        return _prepare(data_cfg, progress, build=True)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return _prepare(data_cfg, progress=False, build=False)
+        except _NotReady as missing:
+            if time.monotonic() > deadline:
+                raise PretrainDataError(
+                    f"rank {os.environ.get('RANK_ID', '?')}: waited {WAIT_S / 3600:.0f} h for rank 0 to "
+                    f"publish the data in data.cache_dir={data_cfg.cache_dir} ({missing} is still missing); "
+                    f"it must be a directory all nodes share, and rank 0 must be preparing it") from None
+            time.sleep(POLL_S)
+
+
+def _prepare(data_cfg, progress: bool, build: bool) -> Dict[str, Prepared]:
     check_data_config(data_cfg)   # the same rules `python -m pretrain` checks before it gets here
     cache = Path(str(data_cfg.cache_dir)).expanduser()
+    engine = _LazyEngine(data_cfg, build)
+    stage_progress.on = progress
     try:
-        with stop_on_signals("data preparation", f"; finished stages stay in {cache} and are reused"):
-            sweep_stale(*(cache / stage for stage in STAGES))
-            sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
-            tok_path = _tokenizer(data_cfg, sources, cache, progress)
-            return {s.name: _dataset(s, tok_path, data_cfg, cache, progress) for s in sources}
+        note = f"; finished stages and tasks stay in {cache} and are reused"
+        with stop_on_signals("data preparation", note):
+            try:
+                sweep_stale(*(cache / stage for stage in STAGES))
+                sources = [_plan(name, src, data_cfg) for name, src in data_cfg.sources.items()]
+                tok_path = _tokenizer(data_cfg, sources, cache, progress, engine)
+                return {s.name: _dataset(s, tok_path, data_cfg, cache, progress, engine) for s in sources}
+            finally:
+                engine.close()
+                forget()                      # this process's per-task caches (tokenizers, stores)
+                sweep_work(cache / "work")    # what tasks stopped by an error or interrupt left
     except OSError as exc:
         # Writing the cache failed (full disk, no permission, a file where a directory belongs):
         # say which cache; errors reading the inputs are counted per document, not raised.
@@ -179,21 +243,34 @@ def _plan(name: str, src, cfg) -> _Source:
     return _Source(name, files, src.builtin, src.text_field, key)
 
 
-def _clean_store(src: _Source, cfg, cache: Path, progress: bool) -> Tuple[Path, Dict]:
+def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEngine) -> Tuple[Path, Dict]:
     """The source's document store, ingesting it unless cached; (dir, counts)."""
-    from pretrain.data.ingest import ingest, source_items
+    from pretrain.data.stages import clean_store
     final = cache / "clean" / f"{src.name}-{src.clean_key[:16]}"
     if final.is_dir():
         why = _damaged_store(final)
         if why is None:
             return final, _kept_some(src.name, json.loads((final / "stats.json").read_text()))
+        engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
-    with building(final) as tmp:
-        items = source_items(src.files, src.builtin, src.text_field, cfg.clean.max_chars, scratch=tmp)
-        stats = ingest(items, tmp, _plain(cfg.clean), _plain(cfg.dedup), cfg.val_fraction, src.name,
-                       progress, cfg.workers)
-        write_json_atomic(tmp / "stats.json", stats)
+    work = cache / "work" / f"clean-{final.name}"
+    run_on = engine.get(f"documents {final}")
+    try:
+        with building(final) as tmp:
+            stats = clean_store(src, cfg, tmp, work, run_on, _plain)
+            write_json_atomic(tmp / "stats.json", stats)
+    except Exception:       # OSError, or what a writer makes of a vanished directory
+        if not _published_meanwhile(final, _damaged_store):
+            raise
+        stats = json.loads((final / "stats.json").read_text())
+    shutil.rmtree(work, ignore_errors=True)     # every task's output is in the published store now
     return final, _kept_some(src.name, stats)
+
+
+def _published_meanwhile(final: Path, damaged) -> bool:
+    """Whether another process preparing the same cache published `final` while this one built it
+    (and, done first, removed the work directory this one was using): then theirs is the result."""
+    return final.is_dir() and damaged(final) is None
 
 
 def _kept_some(name: str, stats: Dict) -> Dict:
@@ -206,7 +283,7 @@ def _kept_some(name: str, stats: Dict) -> Dict:
     return stats
 
 
-def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path:
+def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool, engine: _LazyEngine) -> Path:
     tcfg = cfg.tokenizer
     if tcfg.path:
         return tokenizers.check_given(str(tcfg.path))
@@ -216,9 +293,11 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
         why = tokenizers.unusable(final / "tokenizer.model")
         if why is None:
             return final / "tokenizer.model"
+        engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
     from pretrain.data.docstore import DocStore
-    stores = [(_clean_store(s, cfg, cache, progress)) for s in sources]
+    engine.require(f"tokenizer {final}")
+    stores = [(_clean_store(s, cfg, cache, progress, engine)) for s in sources]
     docs = sum(st["train"] for _, st in stores)
     chars = sum(st["chars"] for _, st in stores)
     if not docs:
@@ -247,7 +326,7 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool) -> Path
     return final / "tokenizer.model"
 
 
-def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool) -> Prepared:
+def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool, engine: _LazyEngine) -> Prepared:
     key_parts = {"v": VERSION, "clean": src.clean_key, "tokenizer": file_sha256(tok_path),
                  "seq_length": cfg.seq_length, "packing": cfg.packing, "num_shards": cfg.num_shards}
     key = digest(key_parts)
@@ -256,18 +335,28 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool) -> 
         why = _damaged_dataset(final)
         if why is None:
             return Prepared.load(final, reused=True)
+        engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
-    from pretrain.data.build import build_shards
-    from pretrain.data.docstore import DocStore
-    store_dir, docs = _clean_store(src, cfg, cache, progress)
+    store_dir, docs = _clean_store(src, cfg, cache, progress, engine)
     docs = dict(docs)
     clean_s = docs.pop("seconds")
     tok = {**tokenizers.info(tok_path), "path": _in_cache(tok_path, cache)}
+    work = cache / "work" / f"dataset-{final.name}"
+    engine.require(f"dataset {final}")
+    try:
+        _build_dataset(src, store_dir, tok_path, tok, docs, clean_s, key, key_parts, cfg, final, work, engine)
+    except Exception:       # OSError, or what a writer makes of a vanished directory
+        if not _published_meanwhile(final, _damaged_dataset):
+            raise
+    shutil.rmtree(work, ignore_errors=True)
+    return Prepared.load(final, reused=False)
+
+
+def _build_dataset(src, store_dir, tok_path, tok, docs, clean_s, key, key_parts, cfg, final, work, engine):
+    from pretrain.data.stages import build_dataset
     t0 = time.time()
     with building(final) as tmp:
-        splits = build_shards(src.name, DocStore(store_dir), tok_path, tok, seq_length=cfg.seq_length,
-                              method=cfg.packing, num_shards=cfg.num_shards, workers=cfg.workers,
-                              out_dir=tmp, progress=progress)
+        splits = build_dataset(store_dir, tok_path, tok, cfg, tmp, work, engine.get(f"dataset {final}"))
         manifest = {
             "format": 1, "name": src.name, "seq_length": cfg.seq_length, "num_shards": cfg.num_shards,
             "packing": cfg.packing, "layout": LAYOUT,
@@ -281,10 +370,9 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool) -> 
         }
         check(manifest)
         write_json_atomic(tmp / "manifest.json", manifest)
-    return Prepared.load(final, reused=False)
 
 
 def _plain_cfg(cfg) -> Dict:
-    """The data config as it shapes the bytes (cache_dir, workers and name do not)."""
+    """The data config as it shapes the bytes (cache_dir, workers, name and the engine do not)."""
     d = _plain(cfg)
-    return {k: v for k, v in d.items() if k not in ("cache_dir", "workers", "name")}
+    return {k: v for k, v in d.items() if k not in ("cache_dir", "workers", "name", "engine", "ray")}

@@ -63,21 +63,24 @@ class ShardWriter:
     fast = True      # use _blob_writer when this mindspore allows it (tests turn it off to compare)
 
     def __init__(self, directory: Path, split: str, num_shards: int, capacity: int,
-                 expected_bytes: int = 0) -> None:
+                 expected_bytes: int = 0, index: Optional[int] = None) -> None:
+        """index: write only that one of the num_shards shards (one writer task per shard)."""
         from mindspore.mindrecord import FileWriter
-        self.paths = [Path(directory) / shard_name(split, i, num_shards) for i in range(num_shards)]
+        self.paths = [Path(directory) / shard_name(split, i, num_shards)
+                      for i in (range(num_shards) if index is None else [index])]
         self._writers = []
         for p in self.paths:
             w = FileWriter(str(p), shard_num=1, overwrite=True)
             w.set_header_size(1 << 20)
-            w.set_page_size(_page_size(expected_bytes // num_shards))
+            w.set_page_size(_page_size(expected_bytes // len(self.paths)))
             w.add_schema(SCHEMA, "packed token rows: input_ids[seq_length+1], seg_lens[documents in row]")
             self._writers.append(w)
-        self._direct: List[Optional[Callable]] = [None] * num_shards
-        self._batch_rows = max(1, min(1024, _BUFFER_BYTES // (num_shards * capacity * 4)))
+        count = len(self.paths)
+        self._direct: List[Optional[Callable]] = [None] * count
+        self._batch_rows = max(1, min(1024, _BUFFER_BYTES // (count * capacity * 4)))
         self._buffers: List[list] = [[] for _ in self.paths]
-        self.rows = [0] * num_shards
-        self.tokens = [0] * num_shards
+        self.rows = [0] * count
+        self.tokens = [0] * count
         self._next = 0
 
     def write(self, rows: Rows) -> None:

@@ -227,24 +227,54 @@ def _read_jsonl(path: Path, comp: str, text_field: str, max_chars: int, scratch=
         if looks_binary(first):
             yield Drop("binary")
             return
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                # strict=False: a raw control character (a NUL, a tab) inside a string is kept
-                # for the cleaner to remove, rather than losing the document.
-                obj = json.loads(line.decode("utf-8"), strict=False)
-            except UnicodeDecodeError:
-                yield Drop("invalid_utf8")
-                continue
-            except (ValueError, RecursionError):       # RecursionError: "[[[[..." nested too deep
-                yield Drop("malformed_json")
-                continue
-            text = obj.get(text_field) if isinstance(obj, dict) else None
-            if not isinstance(text, str):
-                yield Drop("missing_field")
-                continue
-            yield from _pieces(text, max_chars)
+        yield from _jsonl_items(f, text_field, max_chars)
+
+
+def read_jsonl_range(path: Path, start: int, stop: int, text_field: str, max_chars: int) -> Iterator[Item]:
+    """The documents of an uncompressed .jsonl file whose lines start in bytes [start, stop): one
+    split of a large file. The splits of a file together yield exactly what read_documents does
+    (a binary file is one Drop, from the split at 0; an unreadable one a Drop per split; a large
+    file of blank lines only is not counted as an empty_file)."""
+    try:
+        with open(path, "rb") as f:
+            if looks_binary(f.read(_SNIFF)):
+                if start == 0:
+                    yield Drop("binary")
+                return
+            f.seek(max(0, start - 1))
+            if start:
+                f.readline()            # the line holding byte start-1 belongs to the split before
+
+            def in_range() -> Iterator[bytes]:
+                while f.tell() < stop:
+                    line = f.readline()
+                    if not line:
+                        return
+                    yield line
+            yield from _jsonl_items(in_range(), text_field, max_chars)
+    except _READ_ERRORS:
+        yield Drop("unreadable")
+
+
+def _jsonl_items(f, text_field: str, max_chars: int) -> Iterator[Item]:
+    for line in f:
+        if not line.strip():
+            continue
+        try:
+            # strict=False: a raw control character (a NUL, a tab) inside a string is kept
+            # for the cleaner to remove, rather than losing the document.
+            obj = json.loads(line.decode("utf-8"), strict=False)
+        except UnicodeDecodeError:
+            yield Drop("invalid_utf8")
+            continue
+        except (ValueError, RecursionError):       # RecursionError: "[[[[..." nested too deep
+            yield Drop("malformed_json")
+            continue
+        text = obj.get(text_field) if isinstance(obj, dict) else None
+        if not isinstance(text, str):
+            yield Drop("missing_field")
+            continue
+        yield from _pieces(text, max_chars)
 
 
 def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int, scratch=None) -> Iterator[Item]:

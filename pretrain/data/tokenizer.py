@@ -4,6 +4,7 @@ Trained models reserve pad=0, eos=1 (the end-of-document token, EOD), bos=2, unk
 text exactly: no NFKC, no whitespace collapsing (code indentation matters), a "\\n" piece, digits
 split one per token (arithmetic), byte fallback for characters outside the vocabulary.
 """
+import io
 import re
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -103,13 +104,19 @@ def training_sentences(texts: Iterable[str], keep_every: int) -> Iterator[str]:
 
 def train(sentences: Iterator[str], out_dir: Path, cfg, threads: int) -> Path:
     import sentencepiece as spm
-    prefix = out_dir / "tokenizer"
+
+    from pretrain.io import write_atomic
+    model = io.BytesIO()
     spm.set_random_generator_seed(0)   # the sentence sample, hence the model, is reproducible
+    # model_writer, not model_prefix: the model records its model_prefix, and a path inside the
+    # cache's temp dir would make the same tokenizer differ byte-wise between two caches.
     spm.SentencePieceTrainer.train(
-        sentence_iterator=sentences, model_prefix=str(prefix), vocab_size=cfg.vocab_size,
+        sentence_iterator=sentences, model_writer=model, vocab_size=cfg.vocab_size,
         model_type=cfg.model_type, **SPECIAL_IDS, normalization_rule_name="identity",
         remove_extra_whitespaces=False, user_defined_symbols=["\n"], allow_whitespace_only_pieces=True,
         split_digits=True, byte_fallback=cfg.byte_fallback, hard_vocab_limit=False,
         max_sentence_length=8 * _SENTENCE_CHARS, num_threads=max(1, threads),
         input_sentence_size=cfg.train_sentences, shuffle_input_sentence=True, minloglevel=2)
-    return prefix.with_suffix(".model")
+    path = out_dir / "tokenizer.model"
+    write_atomic(path, model.getvalue())
+    return path

@@ -1,0 +1,583 @@
+"""The data stages as tasks over partitions: the one algorithm both engines (engine.py) run.
+
+Clean store of a source (documents in, deduplicated documents out):
+  read/<split>      one task per input split (a file, or a 16 MB byte range of a large .jsonl; a
+                    builtin source is one split): read ->
+                    clean -> exact hash + MinHash LSH band keys; writes the surviving candidates
+                    and shuffles their hashes into EXACT_PARTS / BAND_PARTS partition files
+  exact/<p>         exact dedup of hash partition p: of equal hashes the lowest global id stays
+  near/<q>          the LSH bands of partition q over the exact survivors: documents sharing a
+                    band bucket are candidate pairs (edges from the bucket's lowest id)
+  components/0      connected components of the candidate pairs; each keeps its lowest id
+  final/<split>     the split's kept documents (byte copies), with the held-out flag
+A document's global id is (split, index in split), so "lowest id" is "first in input order".
+The held-out split is decided by a hash of the document (hashing.is_validation), per document.
+
+Dataset of a source (clean store + tokenizer in, MindRecord shards out):
+  tokenize/<chunk>  sentencepiece over a fixed-size chunk of the store; every training document
+                    goes to output shard hash(text) % num_shards; best-fit packing within each
+                    shard's part of the chunk (loose rows handed on as documents)
+  shards/<split-i>  one writer per shard: the chunks' rows in chunk order, the handed-on
+                    documents packed again, a committed MindRecord file (in a fresh process on Ray)
+
+Every task writes into a temp directory and publishes it atomically with a completion record
+(done.json) inside: a re-run after a crash, an interrupt or a lost node skips published tasks
+and redoes only the rest. Task outputs depend on nothing but the task, so any engine, worker
+count or retry gives the same bytes. The work directories live under <cache>/work/ and are
+removed once the stage's result is published.
+"""
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from pretrain.data.fsutil import building, sweep_stale, write_json_atomic
+
+DONE = "done.json"
+EXACT_PARTS = 8            # fixed, so the work layout (and a restart) never depends on the engine
+BAND_PARTS = 8
+SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is read as several splits
+FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
+                                  # kills the process once (it creates <marker> first)
+
+# stage -> (tasks run, tasks reused) of the latest stage run in this process (for tests and logs)
+counts: Dict[str, tuple] = {}
+
+
+# ---------------------------------------------------------------- running and committing tasks
+
+def _maybe_fail(stage: str, name: str) -> None:
+    spec = os.environ.get(FAIL_ENV)
+    if not spec:
+        return
+    pattern, _, rest = spec.partition(":")
+    if not fnmatch.fnmatch(f"{stage}/{name}", pattern):
+        return
+    if rest.startswith("exit:"):
+        marker = Path(rest[5:])
+        if marker.exists():
+            return
+        marker.touch()
+        os._exit(1)             # a lost worker: no cleanup, no exception
+    raise RuntimeError(f"injected failure in task {stage}/{name} ({FAIL_ENV})")
+
+
+def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
+    """Run `work` into a temp directory and publish it as `out` with its completion record."""
+    final = Path(out)
+    if (final / DONE).is_file():          # done already (a retried task whose first try finished)
+        return json.loads((final / DONE).read_text())
+    with building(final) as tmp:
+        record = work(tmp)
+        _maybe_fail(stage, final.name)
+        write_json_atomic(tmp / DONE, record)
+    return record
+
+
+def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence,
+              fresh_process: bool = False) -> List[Dict]:
+    """Run the tasks not yet published under stage_dir; every task's completion record, in order.
+    A progress bar (tasks) shows on a terminal when `progress` (set by the caller) is on."""
+    from tqdm import tqdm
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    sweep_stale(stage_dir)
+    todo = [t for t in tasks if not (Path(t.out) / DONE).is_file()]
+    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=f"{stage} {stage_dir.parent.name[:24]}",
+               unit="task", leave=False, disable=None if progress.on else True, mininterval=0.5)
+    try:
+        for _ in engine.map(fn, todo, fresh_process=fresh_process):
+            bar.update(1)
+        bar.close()
+    except BaseException:
+        # Workers stopped mid-task (terminated, not unwound) leave their temp dirs: gone now.
+        sweep_stale(stage_dir)
+        raise
+    counts[stage] = (len(todo), len(tasks) - len(todo))
+    return [json.loads((Path(t.out) / DONE).read_text()) for t in tasks]
+
+
+def sweep_work(work_root: Path) -> None:
+    """Temp dirs of dead task processes in every stage dir under <cache>/work."""
+    if work_root.is_dir():
+        sweep_stale(*(stage for build in work_root.iterdir() if build.is_dir() for stage in build.iterdir()))
+
+
+progress = SimpleNamespace(on=False)    # prepare(progress=...) sets it for the bars of run_stage
+_cache: Dict = {}
+
+
+def forget() -> None:
+    _cache.clear()
+
+
+def _cached(key, make: Callable):
+    """Per-process objects that are costly to build (cleaner, MinHash permutations, tokenizer)."""
+    if key not in _cache:
+        _cache[key] = make()
+    return _cache[key]
+
+
+def _gid(split: int, index: np.ndarray) -> np.ndarray:
+    return (np.int64(split) << np.int64(32)) | index.astype(np.int64)
+
+
+def _drops(stage_dir: Path, parts: int) -> np.ndarray:
+    found = [np.load(stage_dir / str(p) / "drop.npy") for p in range(parts)
+             if (stage_dir / str(p) / "drop.npy").is_file()]
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
+
+
+# ---------------------------------------------------------------- clean store
+
+@dataclass
+class ReadTask:
+    out: str
+    split: int
+    files: List[str]
+    builtin: Optional[str]
+    text_field: str
+    clean: dict
+    dedup: dict
+    val_fraction: float
+    byte_range: Optional[tuple] = None     # (start, stop) of the one .jsonl file: lines starting there
+
+
+def lsh_shape(dedup: dict) -> tuple:
+    """(bands, rows per band) for the threshold: datasketch's choice for MinHashLSH."""
+    from datasketch.lsh import _optimal_param
+    return _optimal_param(dedup["threshold"], dedup["num_perm"], 0.5, 0.5)
+
+
+def read_split(t: ReadTask) -> Dict:
+    return _commit(t.out, "read", lambda tmp: _read_split(t, tmp))
+
+
+def _read_split(t: ReadTask, tmp: Path) -> Dict:
+    from pretrain.data.clean import Cleaner
+    from pretrain.data.dedup import MinHasher
+    from pretrain.data.docstore import DocStoreWriter
+    from pretrain.data.hashing import dedup_words, is_validation, words_digest
+    from pretrain.data.ingest import source_items
+    from pretrain.data.sources import Drop
+    clean, dedup = t.clean, t.dedup
+    cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
+    near = dedup["near"]
+    hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
+                     lambda: MinHasher(dedup["num_perm"], dedup["shingle"])) if near else None
+    bands, width = lsh_shape(dedup) if near else (0, 0)
+    writer = DocStoreWriter(tmp)
+    digests = bytearray()
+    chars: List[int] = []
+    band_keys: List[List[int]] = []
+    dropped: Counter = Counter()
+    seen = split_docs = extra = 0
+    if t.byte_range:
+        from pretrain.data.sources import read_jsonl_range
+        items = read_jsonl_range(Path(t.files[0]), *t.byte_range, t.text_field, clean["max_chars"])
+    else:
+        items = source_items([Path(f) for f in t.files], t.builtin, t.text_field, clean["max_chars"],
+                             scratch=tmp)
+    for item in items:
+        if isinstance(item, Drop):
+            seen += item.count
+            dropped[item.reason] += item.count
+            continue
+        seen += 1
+        if item.part:
+            extra += 1
+            split_docs += item.part == 1
+        text, reason = cleaner(item.text)
+        if reason:
+            dropped[reason] += 1
+            continue
+        words = dedup_words(text)
+        digest = words_digest(words)
+        writer.add(text, is_validation(item.key or digest, t.val_fraction))
+        digests += digest
+        chars.append(len(text))
+        if hasher:
+            sig = hasher.signature(words)
+            band_keys.append([int.from_bytes(hashlib.blake2b(sig[b * width:(b + 1) * width].tobytes(),
+                                                             digest_size=8).digest(), "little")
+                              for b in range(bands)])
+    writer.close()
+    n = len(digests) // 16
+    index = np.arange(n, dtype=np.int64)
+    np.save(tmp / "chars.npy", np.asarray(chars, np.int64))
+    if dedup["exact"] and n:
+        d = np.frombuffer(bytes(digests), np.uint8).reshape(n, 16)
+        part = d[:, 0] % EXACT_PARTS
+        for p in range(EXACT_PARTS):
+            sel = part == p
+            if sel.any():
+                np.savez(tmp / f"exact-{p}.npz", index=index[sel], digest=d[sel])
+    if near and n:
+        keys = np.asarray(band_keys, np.uint64).reshape(n, bands)
+        for q in range(BAND_PARTS):
+            cols = [b for b in range(bands) if b % BAND_PARTS == q]
+            if cols:
+                np.savez(tmp / f"band-{q}.npz", index=np.repeat(index, len(cols)),
+                         band=np.tile(np.asarray(cols, np.int16), n), key=keys[:, cols].reshape(-1))
+    return {"in": seen, "candidates": n, "dropped": dict(dropped),
+            "split_for_length": {"documents": split_docs, "extra_pieces": extra}}
+
+
+@dataclass
+class PartTask:
+    out: str
+    part: int
+    read_dirs: List[str]
+    exact_dir: str = ""
+
+
+def exact_part(t: PartTask) -> Dict:
+    return _commit(t.out, "exact", lambda tmp: _exact_part(t, tmp))
+
+
+def _exact_part(t: PartTask, tmp: Path) -> Dict:
+    gids, digests = [np.zeros(0, np.int64)], [np.zeros((0, 16), np.uint8)]
+    for split, d in enumerate(t.read_dirs):
+        f = Path(d) / f"exact-{t.part}.npz"
+        if f.is_file():
+            z = np.load(f)
+            gids.append(_gid(split, z["index"]))
+            digests.append(z["digest"])
+    gid, dig = np.concatenate(gids), np.concatenate(digests)
+    halves = dig.view(np.uint64).reshape(-1, 2) if len(dig) else np.zeros((0, 2), np.uint64)
+    order = np.lexsort((gid, halves[:, 1], halves[:, 0]))
+    h = halves[order]
+    first = np.ones(len(order), bool)
+    first[1:] = (h[1:] != h[:-1]).any(axis=1)
+    drop = np.sort(gid[order][~first])
+    np.save(tmp / "drop.npy", drop)
+    return {"dropped": int(len(drop))}
+
+
+def near_part(t: PartTask) -> Dict:
+    return _commit(t.out, "near", lambda tmp: _near_part(t, tmp))
+
+
+def _near_part(t: PartTask, tmp: Path) -> Dict:
+    exact = _drops(Path(t.exact_dir), EXACT_PARTS)
+    gids, bands, keys = [np.zeros(0, np.int64)], [np.zeros(0, np.int16)], [np.zeros(0, np.uint64)]
+    for split, d in enumerate(t.read_dirs):
+        f = Path(d) / f"band-{t.part}.npz"
+        if f.is_file():
+            z = np.load(f)
+            g = _gid(split, z["index"])
+            keep = ~np.isin(g, exact)
+            gids.append(g[keep])
+            bands.append(z["band"][keep])
+            keys.append(z["key"][keep])
+    gid, band, key = np.concatenate(gids), np.concatenate(bands), np.concatenate(keys)
+    order = np.lexsort((gid, key, band))
+    gid, band, key = gid[order], band[order], key[order]
+    start = np.ones(len(gid), bool)
+    start[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
+    head = gid[np.maximum.accumulate(np.where(start, np.arange(len(gid)), 0))] if len(gid) else gid
+    edges = np.stack([head[~start], gid[~start]], axis=1) if len(gid) else np.zeros((0, 2), np.int64)
+    edges = np.unique(edges, axis=0) if len(edges) else edges.reshape(0, 2)
+    np.save(tmp / "edges.npy", edges.astype(np.int64))
+    return {"edges": int(len(edges))}
+
+
+@dataclass
+class ComponentsTask:
+    out: str
+    near_dir: str
+
+
+def components(t: ComponentsTask) -> Dict:
+    return _commit(t.out, "components", lambda tmp: _components(t, tmp))
+
+
+def _components(t: ComponentsTask, tmp: Path) -> Dict:
+    """Union-find over the candidate pairs (duplicates only: small next to the corpus); every
+    component keeps its lowest id, the rest are near duplicates."""
+    parts = [np.load(Path(t.near_dir) / str(q) / "edges.npy") for q in range(BAND_PARTS)
+             if (Path(t.near_dir) / str(q) / "edges.npy").is_file()]
+    edges = np.unique(np.concatenate(parts), axis=0) if parts else np.zeros((0, 2), np.int64)
+    parent: Dict[int, int] = {}
+
+    def root(x: int) -> int:
+        while parent.get(x, x) != x:
+            parent[x] = parent.get(parent[x], parent[x])
+            x = parent[x]
+        return x
+
+    for a, b in edges.tolist():
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    drop = np.asarray(sorted(x for x in parent if root(x) != x), np.int64)
+    np.save(tmp / "drop.npy", drop)
+    return {"dropped": int(len(drop)), "edges": int(len(edges))}
+
+
+@dataclass
+class FinalTask:
+    out: str
+    split: int
+    read_dir: str
+    exact_dir: str
+    near_dir: str
+
+
+def final_split(t: FinalTask) -> Dict:
+    return _commit(t.out, "final", lambda tmp: _final_split(t, tmp))
+
+
+def _final_split(t: FinalTask, tmp: Path) -> Dict:
+    """The split's kept documents, copied as bytes (no decoding) from its candidates."""
+    src = Path(t.read_dir)
+    ends = np.fromfile(src / "docs.end", np.int64)
+    held = np.fromfile(src / "docs.val", np.uint8)
+    lo, hi = np.int64(t.split) << np.int64(32), (np.int64(t.split) + 1) << np.int64(32)
+    keep = np.ones(len(ends), bool)
+    counts_ = {}
+    for reason, d in (("exact_duplicate", t.exact_dir), ("near_duplicate", t.near_dir)):
+        drop = _drops(Path(d), EXACT_PARTS) if reason == "exact_duplicate" else \
+            (np.load(Path(d) / "drop.npy") if (Path(d) / "drop.npy").is_file() else np.zeros(0, np.int64))
+        mine = (drop[(drop >= lo) & (drop < hi)] - lo).astype(np.int64)
+        keep[mine] = False
+        counts_[reason] = int(len(mine))
+    starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
+    kept_ends = np.cumsum(ends[keep] - starts[keep]).astype(np.int64)
+    with open(src / "docs.txt", "rb") as f_in, open(tmp / "docs.txt", "wb") as f_out:
+        # consecutive kept documents are one copy
+        idx = np.flatnonzero(keep)
+        if len(idx):
+            breaks = np.flatnonzero(np.diff(idx) != 1)
+            firsts, lasts = np.concatenate([[0], breaks + 1]), np.concatenate([breaks, [len(idx) - 1]])
+            for a, b in zip(firsts.tolist(), lasts.tolist()):
+                s, e = int(starts[idx[a]]), int(ends[idx[b]])
+                f_in.seek(s)
+                f_out.write(f_in.read(e - s))
+    kept_ends.tofile(tmp / "docs.end")
+    held[keep].tofile(tmp / "docs.val")
+    return {"kept": int(keep.sum()), "val": int(held[keep].sum()),
+            "chars": int(np.load(src / "chars.npy")[keep].sum()),
+            "bytes": int(kept_ends[-1]) if len(kept_ends) else 0, "dropped": counts_}
+
+
+def _splits(files: List[Path], builtin: Optional[str]) -> List[tuple]:
+    """(files, builtin, byte range) of each read task: a builtin source, then one per input file,
+    an uncompressed .jsonl file of more than SPLIT_BYTES in byte ranges (so one big file does not
+    become one long task). Document order (and so which copy of a duplicate stays) is the input
+    order whatever the splits."""
+    from pretrain.data.sources import file_kind
+    out = [([], builtin, None)] if builtin else []
+    for f in files:
+        size = f.stat().st_size if f.is_file() else 0
+        if file_kind(f) == (".jsonl", "") and size > SPLIT_BYTES:
+            out += [([str(f)], None, (a, min(a + SPLIT_BYTES, size))) for a in range(0, size, SPLIT_BYTES)]
+        else:
+            out.append(([str(f)], None, None))
+    return out
+
+
+def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dict:
+    """Build the source's document store (DocStore layout) in `out` from its splits; its stats."""
+    from types import SimpleNamespace as NS
+
+    from pretrain.data.clean import Cleaner
+    from pretrain.data.dedup import Deduper
+    t0 = time.time()
+    clean, dedup = plain(cfg.clean), plain(cfg.dedup)
+    Cleaner(NS(**clean))            # a bad setting fails here, once, not inside every task
+    Deduper(NS(**dedup))
+    splits = _splits(src.files, src.builtin)
+    reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
+                      float(cfg.val_fraction), r) for i, (f, b, r) in enumerate(splits)]
+    read_recs = run_stage(engine, "read", work / "read", read_split, reads)
+    read_dirs = [t.out for t in reads]
+    exact_dir, near_dir, comp_dir = work / "exact", work / "near", work / "components"
+    if dedup["exact"]:
+        run_stage(engine, "exact", exact_dir, exact_part,
+                  [PartTask(str(exact_dir / str(p)), p, read_dirs) for p in range(EXACT_PARTS)])
+    if dedup["near"]:
+        run_stage(engine, "near", near_dir, near_part,
+                  [PartTask(str(near_dir / str(q)), q, read_dirs, str(exact_dir)) for q in range(BAND_PARTS)])
+        run_stage(engine, "components", comp_dir, components,
+                  [ComponentsTask(str(comp_dir / "0"), str(near_dir))])
+    finals = [FinalTask(str(work / "final" / f"{i:05d}"), i, read_dirs[i], str(exact_dir),
+                        str(comp_dir / "0"))
+              for i in range(len(splits))]
+    final_recs = run_stage(engine, "final", work / "final", final_split, finals)
+    _concat_stores([Path(t.out) for t in finals], out)
+    dropped: Counter = Counter()
+    for r in read_recs:
+        dropped.update(r["dropped"])
+    for r in final_recs:
+        dropped.update({k: v for k, v in r["dropped"].items() if v})
+    kept = sum(r["kept"] for r in final_recs)
+    held = sum(r["val"] for r in final_recs)
+    return {"in": sum(r["in"] for r in read_recs), "kept": kept, "train": kept - held, "val": held,
+            "chars": sum(r["chars"] for r in final_recs), "dropped": dict(sorted(dropped.items())),
+            "split_for_length": {k: sum(r["split_for_length"][k] for r in read_recs)
+                                 for k in ("documents", "extra_pieces")},
+            "seconds": round(time.time() - t0, 3)}
+
+
+def _concat_stores(parts: List[Path], out: Path) -> None:
+    """One document store from the splits' (byte copies; offsets shifted)."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = 0
+    with open(out / "docs.txt", "wb") as txt, open(out / "docs.end", "wb") as end, \
+            open(out / "docs.val", "wb") as val:
+        for p in parts:
+            with open(p / "docs.txt", "rb") as f:
+                shutil.copyfileobj(f, txt, 1 << 22)
+            ends = np.fromfile(p / "docs.end", np.int64)
+            (ends + base).astype(np.int64).tofile(end)
+            if len(ends):
+                base += int(ends[-1])
+            with open(p / "docs.val", "rb") as f:
+                shutil.copyfileobj(f, val)
+
+
+# ---------------------------------------------------------------- dataset
+
+@dataclass
+class TokenizeTask:
+    out: str
+    store: str
+    start: int
+    stop: int
+    model: str
+    capacity: int
+    method: str
+    eod_id: int
+    pad_id: int
+    max_room: Optional[int]
+    num_shards: int
+
+
+def tokenize_chunk(t: TokenizeTask) -> Dict:
+    return _commit(t.out, "tokenize", lambda tmp: _tokenize_chunk(t, tmp))
+
+
+def shard_of(texts: Sequence[str], num_shards: int) -> np.ndarray:
+    """The output shard of each training document: a hash of its text."""
+    from pretrain.data.hashing import stable_int
+    return np.fromiter((stable_int(t.encode(), 32) % num_shards for t in texts), np.int64, count=len(texts))
+
+
+def _tokenize_chunk(t: TokenizeTask, tmp: Path) -> Dict:
+    import sentencepiece as spm
+
+    from pretrain.data.docstore import DocStore
+    from pretrain.data.encode import _select, encode_texts
+    from pretrain.data.pack import pack_best_fit
+    sp = _cached(("sp", t.model), lambda: spm.SentencePieceProcessor(model_file=t.model))
+    store = _cached(("store", t.store), lambda: DocStore(Path(t.store)))
+    texts = store.texts(t.start, t.stop)
+    docs = encode_texts(sp, texts, t.eod_id)
+    held = store.held_out[t.start:t.stop]
+    shard = shard_of(texts, t.num_shards)
+    split = {}
+    for s in np.unique(shard[~held]).tolist():
+        train = _select(docs, ~held & (shard == s))
+        if t.method == "best_fit":
+            rows, rest, n_split = pack_best_fit(train, t.capacity, t.pad_id, t.max_room)
+            split[str(s)] = n_split
+            np.savez(tmp / f"train-{s}.npz", ids=rows.ids, seg_lens=rows.seg_lens, seg_counts=rows.seg_counts,
+                     tokens=rest.tokens, lens=rest.lens)
+        else:
+            np.savez(tmp / f"train-{s}.npz", tokens=train.tokens, lens=train.lens)
+    if held.any():
+        val = _select(docs, held)
+        np.savez(tmp / "val-0.npz", tokens=val.tokens, lens=val.lens)
+    return {"tokens": docs.num_tokens, "split": split}
+
+
+@dataclass
+class ShardTask:
+    out: str
+    split: str
+    index: int
+    count: int
+    chunks: List[str]
+    truncated: int           # documents the tokenize tasks split for this shard
+    capacity: int
+    pad_id: int
+    method: str
+    expected_bytes: int
+
+
+def write_shard(t: ShardTask) -> Dict:
+    return _commit(t.out, "shards", lambda tmp: _write_shard(t, tmp))
+
+
+def _write_shard(t: ShardTask, tmp: Path) -> Dict:
+    from pretrain.data.build import _Sink
+    from pretrain.data.pack import Docs, Rows
+    sink = _Sink(tmp, t.split, t.count, t.capacity, t.pad_id, t.method, t.expected_bytes, index=t.index)
+    for chunk in t.chunks:
+        f = Path(chunk) / f"{t.split}-{t.index}.npz"
+        if not f.is_file():
+            continue
+        z = np.load(f)
+        if "ids" in z:
+            sink.rows(Rows(z["ids"], z["seg_lens"], z["seg_counts"]))
+        sink.docs(Docs(z["tokens"], z["lens"]))
+    sink.stats.truncated += t.truncated
+    summary = sink.close()
+    return {"rows": summary["rows"], "tokens": summary["tokens"], "truncated": summary["truncated_documents"],
+            "shard": summary["shards"][0]}
+
+
+def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, work: Path, engine) -> Dict:
+    """Train and val shards of the store in `out`; per-split statistics for the manifest."""
+    from pretrain.data.build import LOOSE_ROOM, SplitStats
+    from pretrain.data.docstore import DocStore
+    store = DocStore(store_dir)
+    capacity, n = int(cfg.seq_length) + 1, int(cfg.num_shards)
+    method = str(cfg.packing)
+    max_room = int(LOOSE_ROOM * capacity) if method == "best_fit" else None
+    toks = [TokenizeTask(str(work / "tokenize" / f"{c:06d}"), str(store_dir), a, b, str(tok_path), capacity,
+                         method, tok["eod_id"], tok["pad_id"], max_room, n)
+            for c, (a, b) in enumerate(store.chunks())]
+    recs = run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
+    chunks = [t.out for t in toks]
+    expected = int(store.ends[-1]) * 2 if len(store) else 0      # ~0.3 tokens/byte x 4 B + headroom
+    pad = tok["pad_id"]
+    shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"), "train", s, n, chunks,
+                        sum(r["split"].get(str(s), 0) for r in recs), capacity, pad, method, expected // n)
+              for s in range(n)]
+    shards.append(ShardTask(str(work / "shards" / "val-00000"), "val", 0, 1, chunks, 0, capacity, pad,
+                            method, expected // 50))
+    done = run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
+    out_splits = {}
+    for split in ("train", "val"):
+        stats = SplitStats()
+        for t, r in zip(shards, done):
+            if t.split != split:
+                continue
+            for name in (r["shard"]["file"], r["shard"]["file"] + ".db"):
+                _link(Path(t.out) / name, out / name)
+            stats.rows += r["rows"]
+            stats.tokens += r["tokens"]
+            stats.truncated += r["truncated"]
+            stats.shards.append(r["shard"])
+        out_splits[split] = stats.summary(capacity)
+    return out_splits
+
+
+def _link(src: Path, dst: Path) -> None:
+    """A task's file into the dataset being built: a hard link (the work copy stays complete, so a
+    re-run after a failure before publication still finds its task done), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
