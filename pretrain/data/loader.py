@@ -133,8 +133,8 @@ class _RankView:
                                  info[s].get("tokens")) for s in range(len(info))]
         shard_of = np.concatenate([np.full(len(sh.ids), k, np.int64) for k, sh in enumerate(self.shards)])
         row_of = np.concatenate([np.arange(len(sh.ids), dtype=np.int64) for sh in self.shards])
-        # in packing order: shards.ShardWriter deals packed row i to shard i % num_shards, so rows have the
-        # same indices however many shards the dataset was written to (data.num_shards follows dp)
+        # one fixed order over every shard's rows (row r of each shard in turn): the same for every
+        # data-parallel size, since every rank reads from all shards (data.num_shards does not follow dp)
         order = np.argsort(row_of * len(self.shards) + shard_of, kind="stable")
         self.shard_of, self.row_of = shard_of[order], row_of[order]
         self.tokens = np.concatenate([sh.row_tokens for sh in self.shards])[self._flat_index()]

@@ -82,13 +82,13 @@ RESUMABLE = (
 # A different data-parallel size is the same run (the elastic rule: the global batch stays, the data
 # order is by global sample index, pretrain/data/loader.py), so when parallel.dp changes these keys
 # may change with it: the layout's name and micro-batch, the grad_accum derived from them, the host
-# the replicas run on, and data.num_shards (conf/data follows parallel.dp; the loader numbers rows
-# in packing order, which is the same however many shards they were written to), and
+# the replicas run on (not data.num_shards: another shard count is another prepared dataset, whose
+# rows differ; conf/data keeps it fixed whatever the dp), and
 # train.init_from, whose default names the base run by its layout (read only by a branch that has
 # no checkpoint of its own, which a resumed run has).
 # Tensor/pipeline/context parallel and the global batch may not.
 DP_CHANGE = (
-    "parallel.dp", "parallel.name", "parallel.micro_batch_size", "train.grad_accum", "data.num_shards",
+    "parallel.dp", "parallel.name", "parallel.micro_batch_size", "train.grad_accum",
     "train.init_from",
     "hardware.name", "hardware.devices_per_node", "hardware.num_nodes", "hardware.memory_gb_per_device",
     "hardware.peak_tflops", "hardware.intra_node_gbps", "hardware.inter_node_gbps",
