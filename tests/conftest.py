@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ from pretrain.config.compose import composer
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
+# MindFormers logs to $LOCAL_DEFAULT_PATH/log, else ./output/log (the checkout, for in-process imports
+# here); a run sets it to its own run dir (pretrain.model.builder.prepare_environment).
+os.environ.setdefault("LOCAL_DEFAULT_PATH", tempfile.mkdtemp(prefix="pretrain-tests-mindformers-"))
 
 
 def options(group: str):

@@ -33,6 +33,7 @@ def test_mindformers_dataset_builder_yields_our_loaders_batches(
 
     from pretrain.data.prepare import prepare
     from pretrain.engine.dataset import register
+    from pretrain.train.inputs import model_arrays
     from pretrain.train.runner import make_loader
 
     register()
@@ -43,7 +44,9 @@ def test_mindformers_dataset_builder_yields_our_loaders_batches(
     prepared = prepare(cfg.data, progress=False)
     (path,) = engine_phases.write_phases(cfg, tmp_path)
     config = MindFormerConfig(str(path))
-    assert config.train_dataset.input_columns == list(mfc.INPUT_COLUMNS)
+    # with data.document_mask (the default) on CPU: + position_ids and the block-diagonal attention_mask
+    assert config.train_dataset.input_columns == mfc.input_columns(cfg) == [*mfc.INPUT_COLUMNS, "position_ids",
+                                                                              "attention_mask"]
     micro, accum = int(cfg.parallel.micro_batch_size), int(cfg.train.grad_accum)
     for rank, world in ((0, 1), (1, 2)):  # MindFormers' data-parallel shard = our dp rank
         monkeypatch.setattr(base_dataset, "get_real_group_size", lambda w=world: w)
@@ -55,11 +58,11 @@ def test_mindformers_dataset_builder_yields_our_loaders_batches(
         ours = make_loader(cfg, prepared, cfg.phase, "train", rank, world)
         batches = built.create_dict_iterator(output_numpy=True, num_epochs=1)
         for step in range(4):
-            want = ours.batch(step)
+            want = model_arrays(ours.batch(step), mfc.document_attention(cfg))   # what our loop feeds
             got = [next(batches) for _ in range(accum)]
-            for key in ("input_ids", "labels", "loss_mask"):
+            for key in mfc.input_columns(cfg):
                 joined = np.concatenate([b[key] for b in got])
-                assert joined.shape == (micro * accum, cfg.model.seq_length)
+                assert len(joined) == micro * accum
                 np.testing.assert_array_equal(joined, want[key], err_msg=f"{key} step {step} rank {rank}")
         assert got[0]["input_ids"].dtype == np.int32 and got[0]["labels"].dtype == np.int32
         steps = engine_phases.export_phases(cfg, tmp_path)["reasoning"]["pretrain_phase"]["steps"]

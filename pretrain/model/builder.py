@@ -21,8 +21,8 @@ def prepare_environment(run_dir: Optional[str] = None) -> None:
     """Before mindformers is imported: its log directory goes under the run dir instead of ./output,
     and MindSpore's C++ logging keeps to errors unless the user chose a level."""
     os.environ.setdefault("GLOG_v", "3")
-    if run_dir is not None:
-        os.environ.setdefault("LOCAL_DEFAULT_PATH", str(Path(run_dir).resolve() / "mindformers_output"))
+    if run_dir is not None:   # a run's MindFormers logs belong to that run, whatever the environment says
+        os.environ["LOCAL_DEFAULT_PATH"] = str(Path(run_dir).resolve() / "mindformers_output")
 
 
 def import_mindformers_quietly() -> None:
@@ -34,15 +34,17 @@ def import_mindformers_quietly() -> None:
     stdout at ERROR; the full log stays in run_dir/mindformers_output/log/."""
     import sys
 
-    console = sys.stdout
-    log_dir = Path(os.environ.get("LOCAL_DEFAULT_PATH", "./output"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / "import.log", "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+    console = sys.__stdout__   # not a sweep job's redirected stdout, which closes with the job
+    log_dir = os.environ.get("LOCAL_DEFAULT_PATH")   # the run dir's (prepare_environment); else nowhere
+    if log_dir:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(log_dir) / "import.log" if log_dir else os.devnull, "a", encoding="utf-8") as log, \
+            contextlib.redirect_stdout(log):
         from mindformers.tools.logger import get_logger
 
         for handler in get_logger().handlers:   # back on the console (before `log` closes), errors only
             if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
-                handler.setStream(console)
+                handler.stream = console   # (setStream would flush the old stream, maybe closed by now)
                 handler.setLevel(logging.ERROR)
 
 
