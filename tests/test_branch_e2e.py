@@ -13,19 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from pretrain.bench import SMALL_MODEL
 from pretrain.train.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 
 # 40 steps of 8 x 64 tokens (general 28, reasoning 8, anneal 4), as in test_resilience_e2e.py
 ARGS = [
-    "model.hidden_size=64",
-    "model.num_layers=2",
-    "model.num_heads=4",
-    "model.num_kv_heads=2",
-    "model.ffn_hidden_size=128",
-    "model.seq_length=64",
-    "model.max_position_embeddings=64",
+    *SMALL_MODEL,
     "train.total_tokens=20480",
     "train.eval_every=0",
 ]

@@ -7,19 +7,14 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from pretrain.bench import SMALL_MODEL
 from pretrain.engine import phases as engine_phases
 from pretrain.model import mindformers_config as mfc
 
 pytestmark = pytest.mark.slow  # prepares the sample corpus once per session (~1 min)
 
 SMALL = [
-    "model.hidden_size=64",
-    "model.num_layers=2",
-    "model.num_heads=4",
-    "model.num_kv_heads=2",
-    "model.ffn_hidden_size=128",
-    "model.seq_length=64",
-    "model.max_position_embeddings=64",
+    *SMALL_MODEL,
 ]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pretrain.bench import SMALL_MODEL
 from pretrain.train.schedule import curriculum
 
 pytestmark = pytest.mark.slow
@@ -24,13 +25,7 @@ pytestmark = pytest.mark.slow
 SMALL = [
     "phase=general",
     "train.engine=mindformers",
-    "model.hidden_size=64",
-    "model.num_layers=2",
-    "model.num_heads=4",
-    "model.num_kv_heads=2",
-    "model.ffn_hidden_size=128",
-    "model.seq_length=64",
-    "model.max_position_embeddings=64",
+    *SMALL_MODEL,
     "train.eval_every=0",
     "train.total_tokens=30000",
     "train.save_every_steps=10",

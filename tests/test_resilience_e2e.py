@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pretrain.bench import SMALL_MODEL
 from pretrain.resilience.checkpoint import verify
 from pretrain.resilience.events import read_events
 from pretrain.resilience.signals import HANG_EXIT_CODE
@@ -31,13 +32,7 @@ SAVE_EVERY = 3
 # 40 steps of 8 x 64 tokens (general 28, reasoning 8, anneal 4), ~0.1 s each: a process lives
 # ~15-25 s, most of it start-up and graph compilation.
 ARGS = [
-    "model.hidden_size=64",
-    "model.num_layers=2",
-    "model.num_heads=4",
-    "model.num_kv_heads=2",
-    "model.ffn_hidden_size=128",
-    "model.seq_length=64",
-    "model.max_position_embeddings=64",
+    *SMALL_MODEL,
     "train.total_tokens=20480",
     f"train.save_every_steps={SAVE_EVERY}",
     "train.eval_every=0",

@@ -16,15 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pretrain.bench import SMALL_MODEL
+
 SMALL = [
     "phase=general",
-    "model.hidden_size=64",
-    "model.num_layers=2",
-    "model.num_heads=4",
-    "model.num_kv_heads=2",
-    "model.ffn_hidden_size=128",
-    "model.seq_length=64",
-    "model.max_position_embeddings=64",
+    *SMALL_MODEL,
     "train.eval_every=0",
     "train.total_tokens=30000",
 ]
