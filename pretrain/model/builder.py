@@ -21,9 +21,6 @@ def prepare_environment(run_dir: Optional[str] = None) -> None:
     """Before mindformers is imported: its log directory goes under the run dir instead of ./output,
     and MindSpore's C++ logging keeps to errors unless the user chose a level."""
     os.environ.setdefault("GLOG_v", "3")
-    # the communication module logs its TCP start-up at INFO whatever GLOG_v says (msrun then tails
-    # rank 0's log onto the console): its own switch
-    os.environ.setdefault("MS_SUBMODULE_LOG_v", "{DISTRIBUTED:3}")
     if run_dir is not None:   # a run's MindFormers logs belong to that run, whatever the environment says
         os.environ["LOCAL_DEFAULT_PATH"] = str(Path(run_dir).resolve() / "mindformers_output")
 
