@@ -3,9 +3,10 @@
 Three verdicts, so a dry run and a sweep row say what the run would do:
 - `problems(cfg)`: the config is wrong (a layout that does not multiply out, a value out of range,
   a phase mix naming an unknown source). Refused everywhere, dry runs and sweeps included.
-- `training_problems(cfg)`: the config is sound but nothing here trains it (our loop runs one
-  device or plain data parallel; MindFormers 1.9.0's classes and CPU kernels have limits). Planned,
-  swept and scripted as "plan only"; a launch is refused.
+- `training_problems(cfg)`: the config is sound but no engine here trains it (`engine(cfg)`: our
+  loop for one device or plain data parallel, MindFormers' trainer for model parallelism and ZeRO;
+  MindFormers 1.9.0's classes and CPU kernels have limits). Planned, swept and scripted as "plan
+  only"; a launch is refused.
 - `memory_problems(cfg, plan)`: the planned peak memory per device exceeds the device. A launch is
   refused (unless plan.ignore_memory=true); the line names the largest part and layouts that fit.
 Each line names the keys and every factor, e.g.
