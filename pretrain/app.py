@@ -64,6 +64,13 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     scripts_only = cfg.hardware.num_nodes > 1 and status == "plan only"
     if refused and not (dry or scripts_only):
         raise PretrainConfigError("\n".join(refused))
+    # Data files are this host's state: refused before a launch here; a dry run or node scripts
+    # (the data may sit on the cluster's storage) only say so.
+    missing = validate.missing_files(cfg.data)
+    if missing and not dry and cfg.hardware.num_nodes == 1:
+        raise PretrainConfigError("\n".join(missing))
+    for line in missing:
+        print(f"note: {line} on this host; a launch here would refuse it")
     from pretrain.sweep.summary import plan_row
     row = {"status": status, "reason": "; ".join(refused), **plan_row(plan)}
     for line in refused:

@@ -160,3 +160,14 @@ def test_options_without_their_own_name_get_their_own_run_dirs(cli, tmp_path):
     assert runs == ["mine-dp4tp8pp2-ascend910b_8x8", "other-dp4tp8pp2-ascend910b_8x8"]
     frozen = [(tmp_path / "runs" / r / "config.yaml").read_text() for r in runs]
     assert "num_layers: 40" in frozen[0] and "num_layers: 20" in frozen[1]
+
+
+def test_missing_data_files_are_noted_by_a_dry_run_and_refused_by_a_launch(cli, tmp_path):
+    """Data on the cluster's storage need not be on the host that plans the run."""
+    args = ["data=files", "data.sources.general.paths=[corpus/web]"]
+    dry = cli(*args, "dry_run=true", "run_dir=dry")
+    assert dry.returncode == 0, dry.stderr
+    assert "note: data.sources.general.paths: no such file or directory 'corpus/web'" in dry.stdout
+    launch = cli(*args, "run_dir=run")
+    assert launch.returncode == 2 and "data.sources.general.paths: no such file or directory" in launch.stderr
+    assert not (tmp_path / "run" / "config.yaml").exists()

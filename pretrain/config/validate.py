@@ -124,7 +124,7 @@ def check_trainable(cfg: DictConfig) -> None:
 
 def check_data_config(d: DictConfig) -> None:
     """The data block alone (for `python -m pretrain.data`, which has no model to compare with)."""
-    found = list(ranges.problems_of(d, _schema().DataConfig, "data")) or list(_data_alone(d))
+    found = list(ranges.problems_of(d, _schema().DataConfig, "data")) or [*_data_alone(d), *missing_files(d)]
     if found:
         raise PretrainConfigError("\n".join(found))
 
@@ -300,8 +300,6 @@ def _data_alone(d) -> Iterator[str]:
         yield f"data.clean.normalize={d.clean.normalize!r} must be one of {', '.join(FORMS)}"
     if d.tokenizer.path is None and not d.tokenizer.train:
         yield "data.tokenizer: no path and train=false; give data.tokenizer.path=... or set data.tokenizer.train=true"
-    elif d.tokenizer.path is not None and not Path(d.tokenizer.path).is_file():
-        yield f"data.tokenizer.path: no such file {d.tokenizer.path!r}"
     for name, src in d.sources.items():
         if src.builtin is not None:
             from pretrain.data.sample import BUILTINS
@@ -310,9 +308,21 @@ def _data_alone(d) -> Iterator[str]:
                        f"(or null with paths)")
         elif not src.paths:
             yield f"data.sources.{name}: no paths and no builtin generator; give data.sources.{name}.paths=[...]"
+
+
+def missing_files(d: DictConfig) -> List[str]:
+    """The data files the config names that this host lacks. Host state, like the devices: a launch
+    or a data preparation here refuses them; a dry run (maybe planned away from the cluster's
+    storage) only says so."""
+    found = []
+    if d.tokenizer.path is not None and not Path(d.tokenizer.path).is_file():
+        found.append(f"data.tokenizer.path: no such file {d.tokenizer.path!r}")
+    for name, src in d.sources.items():
         for path in src.paths:
             if not _exists(path):
-                yield f"data.sources.{name}.paths: no such file or directory {path!r} (relative to {Path.cwd()})"
+                found.append(f"data.sources.{name}.paths: no such file or directory {path!r} (relative to "
+                             f"{Path.cwd()})")
+    return found
 
 
 def _exists(path: str) -> bool:
