@@ -33,6 +33,7 @@ from pretrain.config.errors import PretrainRunError
 from pretrain.config.validate import num_devices
 from pretrain.io import write_atomic
 from pretrain.launch import supervise
+from pretrain.launch.console import ConsoleRelay
 from pretrain.launch.supervise import Failure
 from pretrain.resilience.events import EventLog
 
@@ -132,21 +133,29 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
     # msrun (or the one worker) inherits the run dir's lock (pretrain.rundir), so it stays held
     # while the ranks live, even when this launcher is killed.
     lock = rundir.held_fd(run_dir)
+    relay = None
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=out,
-                                pass_fds=() if lock is None else (lock,))
+        if out is None:   # msrun's console (rank 0's log, tailed) through the chatter filter
+            read_end, out = os.pipe()
+            relay = ConsoleRelay(read_end)
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out,
+                                stderr=out if relay is None else None, pass_fds=() if lock is None else (lock,))
     finally:
         if out is not None:
-            out.close()
+            os.close(out) if isinstance(out, int) else out.close()
     try:
-        failure = ranks.wait(proc)
-    except BaseException:
-        _kill(proc, ranks)   # never leave ranks running behind an error in this process
-        raise
+        try:
+            failure = ranks.wait(proc)
+        except BaseException:
+            _kill(proc, ranks)   # never leave ranks running behind an error in this process
+            raise
+        finally:
+            ranks.deaths.close()
+        if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
+            _kill(proc, ranks)
     finally:
-        ranks.deaths.close()
-    if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
-        _kill(proc, ranks)
+        if relay is not None:
+            relay.stop()
     return failure
 
 
