@@ -11,6 +11,11 @@ bare_cell : the same two calls inside an nn.Cell's construct: the compile path T
             on MindSpore 2.9 CPU gives a faster graph than an @ms.jit function (see the figures).
 step      : pretrain.train.step.TrainStep on that batch: LR fed as an input, global-norm clipping,
             the non-finite skip, AdamW with decay on matrices only.
+-clip     : ablation, step with train.grad_clip=0 (the global norm is still measured: the skip
+            needs it); the difference to step is what clipping costs.
+-skip     : ablation, step applying AdamW whatever the norm (no control flow in the graph); the
+            difference to step is what the non-finite skip costs. (Accumulation buffers exist only
+            when train.grad_accum > 1; at 1 there is nothing to ablate.)
 loop      : Trainer.train_step with metrics on: the real BatchLoader batch of every step, TrainStep,
             then JSONL + TensorBoard + progress bar, as `python -m pretrain` runs it.
 Each variant trains its own copy of the same initial weights. They alternate, `steps` at a time and
@@ -185,9 +190,12 @@ def main(argv) -> None:
 
     bare_cell = BareCell(model())
 
-    # step and loop: ours
+    # step and loop: ours; the ablations: the same step without one of its parts
     kwargs = dict(lr=1e-3, **train_step_args(cfg))
     ours = TrainStep(model(), **kwargs)
+    no_clip = TrainStep(model(), **{**kwargs, "grad_clip": 0.0})
+    no_skip = TrainStep(model(), **kwargs)
+    no_skip.update_cell.skip_nonfinite = False   # before its first call compiles the graph
     micro = split_micro(batch, int(t.grad_accum))
     metrics = MetricsWriter(scratch)
     seq = int(cfg.model.seq_length)
@@ -214,6 +222,8 @@ def main(argv) -> None:
         "bare_jit": lambda: bare_jit(*fixed).asnumpy(),
         "bare_cell": lambda: bare_cell(*fixed).asnumpy(),
         "step": lambda: ours.step(micro, 1e-3),
+        "-clip": lambda: no_clip.step(micro, 1e-3),
+        "-skip": lambda: no_skip.step(micro, 1e-3),
         "loop": loop,
     }
     times = timed_rounds(variants, rounds, steps)

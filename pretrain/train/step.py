@@ -2,9 +2,9 @@
 
 One optimizer step = grad_accum micro-batches. `accumulate_cell` (micro-batches 1..A-1) adds their
 gradients, loss sums and valid-token counts into fp32 buffers; `update_cell` (the last one) adds
-its own, divides by the step's valid-token count, unscales (dynamic loss scaling), measures the
-global norm, clips, and applies AdamW — skipping the update when any gradient is non-finite, so
-such values never reach the weights. The learning rate is an input tensor assigned to the
+its own, measures the global norm, divides by the step's valid-token count, unscales (dynamic
+loss scaling) and clips in one pass, and applies AdamW, skipping the update when any gradient is
+non-finite, so such values never reach the weights. The learning rate is an input tensor assigned to the
 optimizer's `learning_rate` parameter inside the graph, so the graph compiles once for the whole
 run however the schedule moves.
 
@@ -139,6 +139,7 @@ class TrainStepCell(nn.Cell):
         self.grad_clip = float(grad_clip)
         self.scaler = scaler
         self.last = last  # True: the update step; False: an accumulate-only step
+        self.skip_nonfinite = True  # False only in pretrain.bench.train's ablation (what the skip costs)
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         # set by TrainStep when grad_accum > 1: gradient buffers and (LM sum, tokens), shared by both cells
         self.accum: Optional[Tuple[Parameter, ...]] = None
@@ -175,22 +176,27 @@ class TrainStepCell(nn.Cell):
             lm, tokens = self.rank_sum(lm), self.rank_sum(tokens)
         # a global batch without a valid token contributes nothing (0 / 1), not NaN
         denom = ops.maximum(tokens, ops.ones((), ms.float32))
-        grads = _hyper_map(ops.partial(_div, denom), grads)
         lm = lm / denom
         if self.scaler is not None:
-            grads = self.scaler.unscale(grads)
             loss_scale = self.scaler.scale_value * 1.0
+            denom = denom * loss_scale
         else:
             loss_scale = ops.ones((), ms.float32)
-        norm = ops.sqrt(ops.addn(_hyper_map(_square_sum, grads)))
-        # A NaN or Inf anywhere makes the norm non-finite: one pass over the gradients, not two.
+        # One pass measures the raw (summed, scaled) gradients, one more applies the token division,
+        # the unscaling and the clip together: ||g / d|| = ||g|| / d, so nothing is divided first.
+        # A NaN or Inf anywhere (or a sum of squares past fp32's range) makes the norm non-finite.
+        norm = ops.sqrt(ops.addn(_hyper_map(_square_sum, grads))) / denom
         finite = ops.isfinite(norm)
         if self.scaler is not None:
             finite = ops.depend(finite, self.scaler.adjust(finite))
-        clip = ops.minimum(ops.ones((), ms.float32), self.grad_clip / (norm + 1e-6))
-        grads = _hyper_map(ops.partial(_mul, clip), grads)
+        factor = ops.ones((), ms.float32) / denom
+        if self.grad_clip > 0:   # 0: no clipping
+            factor = factor * ops.minimum(ops.ones((), ms.float32), self.grad_clip / (norm + 1e-6))
+        grads = _hyper_map(ops.partial(_mul, factor), grads)
         lm = ops.depend(lm, ops.assign(self.optimizer.learning_rate, lr))
-        if finite:
+        if not self.skip_nonfinite:
+            lm = ops.depend(lm, self.optimizer(grads))
+        elif finite:
             lm = ops.depend(lm, self.optimizer(grads))
         return lm, norm, finite, loss_scale, tokens
 
@@ -329,10 +335,6 @@ def model_inputs(batch, attention: str) -> Tuple[Tensor, ...]:
 
 def _add(acc, grad):
     return acc + grad
-
-
-def _div(denom, grad):
-    return grad / denom
 
 
 def _zero(acc):
