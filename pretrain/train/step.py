@@ -342,7 +342,12 @@ def _zero(acc):
 
 
 def _square_sum(grad):
-    return ops.reduce_sum(ops.square(grad))
+    squares = ops.square(grad)
+    if grad.ndim > 1:
+        # last axis first: MindSpore 2.9's CPU reduce of a whole matrix to a scalar is ~3x slower
+        # than a row reduce followed by a reduce of the row sums (pretrain.bench.train, -clip)
+        squares = ops.reduce_sum(squares, -1)
+    return ops.reduce_sum(squares)
 
 
 def _mul(factor, grad):
