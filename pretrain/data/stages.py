@@ -51,6 +51,12 @@ FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>
 
 # stage -> (tasks run, tasks reused) of the latest stage run in this process (for tests and logs)
 counts: Dict[str, tuple] = {}
+# stage -> what its tasks cost, summed over the stage runs of this process since the caller last
+# cleared it (the benchmark): tasks run, their CPU seconds, the stage's wall seconds, and the bytes
+# they wrote into partition files that tasks of a later stage read from many tasks at once (the
+# shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard)
+profile: Dict[str, Dict[str, float]] = {}
+SHUFFLED = ("exact-*.npz", "band-*.npz", "drop.npy", "edges.npy", "train-*.npz", "val-*.npz")
 
 
 # ---------------------------------------------------------------- running and committing tasks
@@ -77,7 +83,10 @@ def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
     if (final / DONE).is_file():          # done already (a retried task whose first try finished)
         return json.loads((final / DONE).read_text())
     with building(final) as tmp:
+        cpu = time.process_time()
         record = work(tmp)
+        record["cpu_s"] = round(time.process_time() - cpu, 4)     # this task's own cost (profile)
+        record["shuffle_bytes"] = sum(f.stat().st_size for g in SHUFFLED for f in tmp.glob(g))
         _maybe_fail(stage, final.name)
         write_json_atomic(tmp / DONE, record)
     return record
@@ -91,6 +100,7 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
     stage_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale(stage_dir)
     todo = [t for t in tasks if not (Path(t.out) / DONE).is_file()]
+    t0 = time.perf_counter()
     bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=f"{stage} {stage_dir.parent.name[:24]}",
                unit="task", leave=False, disable=None if progress.on else True, mininterval=0.5)
     try:
@@ -102,7 +112,20 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
         sweep_stale(stage_dir)
         raise
     counts[stage] = (len(todo), len(tasks) - len(todo))
-    return [json.loads((Path(t.out) / DONE).read_text()) for t in tasks]
+    records = [json.loads((Path(t.out) / DONE).read_text()) for t in tasks]
+    ran = {t.out for t in todo}
+    cost = _cost(stage)
+    cost["wall_s"] += time.perf_counter() - t0
+    for t, r in zip(tasks, records):
+        if t.out in ran:
+            cost["tasks"] += 1
+            cost["cpu_s"] += r.get("cpu_s", 0.0)
+            cost["shuffle_bytes"] += r.get("shuffle_bytes", 0)
+    return records
+
+
+def _cost(stage: str) -> Dict[str, float]:
+    return profile.setdefault(stage, dict.fromkeys(("tasks", "cpu_s", "wall_s", "shuffle_bytes"), 0))
 
 
 def sweep_work(work_root: Path) -> None:
@@ -413,7 +436,9 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
                         str(comp_dir / "0"))
               for i in range(len(splits))]
     final_recs = run_stage(engine, "final", work / "final", final_split, finals)
+    t1 = time.perf_counter()
     _concat_stores([Path(t.out) for t in finals], out)
+    _cost("concat (driver)")["wall_s"] += time.perf_counter() - t1     # serial, in the driver
     dropped: Counter = Counter()
     for r in read_recs:
         dropped.update(r["dropped"])
