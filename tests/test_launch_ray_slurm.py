@@ -27,7 +27,7 @@ RAY = """#!/usr/bin/env bash
 case "$1" in
   start)
     echo "ray start on $SLURMD_NODENAME: $*" >> "$RECORD"
-    if [[ " $* " == *" --head "* ]] || [[ -f "$RECORD.node.n-a" ]]; then touch "$RECORD.node.$SLURMD_NODENAME"; fi
+    if [[ " $* " == *" --head "* || -f "$RECORD.node.n-a" ]]; then touch "$RECORD.node.$SLURMD_NODENAME"; fi
     trap 'echo "ray stopped on $SLURMD_NODENAME" >> "$RECORD"; exit 0' TERM
     while true; do sleep 0.05; done ;;
   status)
@@ -48,7 +48,8 @@ exit "${DATA_EXIT:-0}"
 def slurm(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in [("srun", SRUN), ("ray", RAY), ("python", PYTHON), ("sbatch", RECORDER.format(name="sbatch")),
+    for name, text in [("srun", SRUN), ("ray", RAY), ("python", PYTHON),
+                       ("sbatch", RECORDER.format(name="sbatch")),
                        ("scontrol", "#!/usr/bin/env bash\nprintf 'n-a\\nn-b\\nn-c\\n'\n")]:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
