@@ -21,6 +21,7 @@ from pretrain.data.hashing import dedup_words, is_validation, words_digest
 from pretrain.data.mixture import MixtureSchedule, apportion
 from pretrain.data.pack import ConcatPacker, Docs, best_fit_decreasing, pack_best_fit
 from pretrain.data.sources import Doc, Drop, read_documents, resolve_files, split_text
+from tests.test_data_pipeline import paragraphs
 
 PROSE = [
     "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
@@ -140,6 +141,40 @@ def test_dedup_removes_exact_and_near_duplicates_only():
     assert check(base.upper().replace(" ", "  ")) == "exact_duplicate"
     assert check(near) == "near_duplicate"
     assert check(" ".join(f"other{i} text{i % 5}" for i in range(120))) is None
+
+
+def _texts_of_every_kind():
+    rng = np.random.default_rng(0)
+    vocab = ["the", "Über", "naïve", "日本語", "x", "__init__", "a_b", "ß", "data", "2024", "£5", "def"]
+    texts = [" ".join(rng.choice(vocab, size=int(rng.integers(0, 400)))) for _ in range(60)]
+    texts += ["", "one", "a b c d", "a b c d e", "word " * 5000, "\t\x1c\x1f\x0b text !! ** ",
+              "{}[]<>|~^%$#@!&*" * 4]
+    return texts + [chr(c) * 3 + " ok" for c in range(160)] + paragraphs()[:30]
+
+
+def test_minhash_signatures_are_datasketchs_bit_for_bit():
+    """MinHasher computes datasketch's MinHash (crc32 shingles, seed 1) with array operations: the same
+    uint32 values for any text (non-ASCII words, fewer words than a shingle, none at all)."""
+    import zlib
+
+    from datasketch import MinHash
+    for num_perm, n in ((128, 5), (16, 1), (16, 3)):
+        hasher = MinHasher(num_perm, n)
+        for text in _texts_of_every_kind():
+            words = dedup_words(text)
+            ref = MinHash(num_perm=num_perm, seed=1, hashfunc=zlib.crc32)
+            ref.update_batch([" ".join(words[i:i + n]).encode() for i in range(max(1, len(words) - n + 1))])
+            sig = hasher.signature(words)
+            assert sig.dtype == ref.hashvalues.dtype and np.array_equal(sig, ref.hashvalues), text[:40]
+
+
+def test_symbol_ratio_counts_what_its_patterns_match():
+    """The ASCII fast path (bytes.translate) against the two patterns' own counts, on every ASCII
+    character and on mixed texts."""
+    for text in _texts_of_every_kind():
+        visible = len(text) - len(re.findall(r"\s", text))
+        want = len(re.findall(r"[^\w\s]", text)) / visible if visible else 1.0
+        assert symbol_ratio(text) == want, repr(text[:40])
 
 
 def test_validation_split_is_stable_and_near_the_fraction():

@@ -24,27 +24,52 @@ _SLICE = 4096
 
 
 class MinHasher:
+    """datasketch's MinHash (its default "affine32" scheme, seed _SEED, crc32 shingle hashes), computed
+    for a whole document at once: every shingle hashed straight from the document's UTF-8 bytes (no
+    shingle strings built), the MurmurHash3 pre-mix and the 128 affine permutations as uint32 array
+    operations over all shingles. Bit-identical to MinHash.update_batch (tests/test_data_units.py
+    compares them), about 3x faster."""
+
     def __init__(self, num_perm: int, shingle: int) -> None:
         from datasketch import MinHash
         self.num_perm, self.shingle = num_perm, shingle
-        # Drawing the permutations is most of a MinHash's construction cost: draw them once.
-        proto = MinHash(num_perm=num_perm, seed=_SEED)
-        self._permutations, self.scheme = proto.permutations, proto.scheme
+        proto = MinHash(num_perm=num_perm, seed=_SEED)      # its permutations: drawn once
+        self.scheme = proto.scheme
+        if self.scheme != "affine32" or proto.permutations[0].dtype != np.uint32:
+            raise RuntimeError(f"datasketch {proto.scheme!r} MinHash: pretrain computes 'affine32' itself")
+        self._a, self._b = (np.asarray(x, np.uint32)[None, :] for x in proto.permutations)
+
+    def shingle_hashes(self, words: List[str]) -> np.ndarray:
+        """crc32 of each word n-gram (words joined by one space, UTF-8), as uint32; a document of
+        fewer than n words is one shingle of all its words."""
+        n = self.shingle
+        blob = " ".join(words).encode()
+        if not words:
+            return np.asarray([zlib.crc32(b"")], np.uint32)
+        if blob.isascii():      # one byte per character
+            lens = np.fromiter(map(len, words), np.int64, count=len(words))
+        else:
+            lens = np.fromiter((len(w.encode()) for w in words), np.int64, count=len(words))
+        starts = np.concatenate([[0], np.cumsum(lens + 1)])      # word i at starts[i] .. starts[i+1]-1
+        count = max(1, len(words) - n + 1)
+        ends = starts[np.minimum(np.arange(count) + n, len(words))] - 1
+        # all in C (map of builtins over zero-copy memoryview slices): this loop is most of the cost
+        pieces = map(memoryview(blob).__getitem__, map(slice, starts[:count].tolist(), ends.tolist()))
+        return np.fromiter(map(zlib.crc32, pieces), np.uint32, count=count)
 
     def signature(self, words: List[str]) -> np.ndarray:
-        """MinHash values of the document's word n-gram shingles."""
-        from datasketch import MinHash
-        n = self.shingle
-        shingles = {" ".join(words[i:i + n]) for i in range(max(1, len(words) - n + 1))}
-        # crc32: a fast, stable 32-bit shingle hash (MinHash permutes it before taking minima).
-        m = MinHash(num_perm=self.num_perm, seed=_SEED, hashfunc=zlib.crc32,
-                    permutations=self._permutations, scheme=self.scheme)
-        # update_batch builds a (shingles x num_perm) uint64 matrix: feed it in slices so a 1 MB
-        # document costs a few MB, not ~0.5 GB.
-        shingles = [s.encode() for s in shingles]
-        for i in range(0, len(shingles), _SLICE):
-            m.update_batch(shingles[i:i + _SLICE])
-        return m.hashvalues
+        """MinHash values (uint32) of the document's word n-gram shingles."""
+        hv = np.unique(self.shingle_hashes(words))
+        # MurmurHash3's 32-bit finalizer (datasketch's pre-mix), wrapping uint32 arithmetic
+        hv ^= hv >> np.uint32(16)
+        hv *= np.uint32(0x85EBCA6B)
+        hv ^= hv >> np.uint32(13)
+        hv *= np.uint32(0xC2B2AE35)
+        hv ^= hv >> np.uint32(16)
+        out = np.full(self.num_perm, np.iinfo(np.uint32).max, np.uint32)
+        for i in range(0, len(hv), _SLICE):      # slices: a 1 MB document costs a few MB, not ~0.5 GB
+            np.minimum(out, (hv[i:i + _SLICE, None] * self._a + self._b).min(axis=0), out=out)
+        return out
 
 
 class Deduper:

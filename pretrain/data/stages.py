@@ -197,6 +197,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
                      lambda: MinHasher(dedup["num_perm"], dedup["shingle"])) if near else None
     bands, width = lsh_shape(dedup) if near else (0, 0)
+    need_words, need_digest = bool(near or dedup["exact"]), t.val_fraction > 0
     writer = DocStoreWriter(tmp)
     digests = bytearray()
     chars: List[int] = []
@@ -222,8 +223,10 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         if reason:
             dropped[reason] += 1
             continue
-        words = dedup_words(text)
-        digest = words_digest(words)
+        # The words digest is the exact-dedup identity and the held-out key of a document without
+        # one of its own: skipped when neither needs it (dedup off, no held-out split).
+        words = dedup_words(text) if need_words or (need_digest and not item.key) else None
+        digest = words_digest(words) if words is not None else bytes(16)
         writer.add(text, is_validation(item.key or digest, t.val_fraction))
         digests += digest
         chars.append(len(text))
