@@ -37,9 +37,11 @@ class LocalEngine:
         self._pool = None       # one set of worker processes for every stage of this prepare()
 
     def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
-        """Results in task order; a single task runs in this process (no worker start-up for it)."""
+        """Results in task order; a single task runs in this process (no worker start-up for it),
+        unless it needs MindSpore (fresh_process) and this process loaded Ray without it."""
         from pretrain.data.pool import make_pool, ordered_map  # spawned workers: they never hold Ray
-        if self.workers <= 1 or len(tasks) <= 1:
+        ray_first = fresh_process and "ray" in sys.modules and "mindspore" not in sys.modules
+        if self.workers <= 1 or (len(tasks) <= 1 and not ray_first):
             yield from map(fn, tasks)
             return
         if self._pool is None:

@@ -17,8 +17,9 @@ Dataset of a source (clean store + tokenizer in, MindRecord shards out):
   tokenize/<chunk>  sentencepiece over a fixed-size chunk of the store; every training document
                     goes to output shard hash(text) % num_shards; best-fit packing within each
                     shard's part of the chunk (loose rows handed on as documents)
-  shards/<split-i>  one writer per shard: the chunks' rows in chunk order, the handed-on
-                    documents packed again, a committed MindRecord file (in a fresh process on Ray)
+  shards/train-<i>  one writer per train shard: the chunks' rows in chunk order, the handed-on
+                    documents packed again, a committed MindRecord file (in a fresh process on Ray);
+                    the first also writes the val shard the same way
 
 Every task writes into a temp directory and publishes it atomically with a completion record
 (done.json) inside: a re-run after a crash, an interrupt or a lost node skips published tasks
@@ -529,17 +530,22 @@ def _tokenize_chunk(t: TokenizeTask, tmp: Path) -> Dict:
 
 
 @dataclass
-class ShardTask:
-    out: str
+class ShardPart:
     split: str
     index: int
     count: int
-    chunks: List[str]
     truncated: int           # documents the tokenize tasks split for this shard
+    expected_bytes: int
+
+
+@dataclass
+class ShardTask:
+    out: str
+    parts: List[ShardPart]   # the shards this task writes: one train shard (the first also the val shard)
+    chunks: List[str]
     capacity: int
     pad_id: int
     method: str
-    expected_bytes: int
 
 
 def write_shard(t: ShardTask) -> Dict:
@@ -549,19 +555,23 @@ def write_shard(t: ShardTask) -> Dict:
 def _write_shard(t: ShardTask, tmp: Path) -> Dict:
     from pretrain.data.build import _Sink
     from pretrain.data.pack import Docs, Rows
-    sink = _Sink(tmp, t.split, t.count, t.capacity, t.pad_id, t.method, t.expected_bytes, index=t.index)
-    for chunk in t.chunks:
-        f = Path(chunk) / f"{t.split}-{t.index}.npz"
-        if not f.is_file():
-            continue
-        z = np.load(f)
-        if "ids" in z:
-            sink.rows(Rows(z["ids"], z["seg_lens"], z["seg_counts"]))
-        sink.docs(Docs(z["tokens"], z["lens"]))
-    sink.stats.truncated += t.truncated
-    summary = sink.close()
-    return {"rows": summary["rows"], "tokens": summary["tokens"], "truncated": summary["truncated_documents"],
-            "shard": summary["shards"][0]}
+    written = []
+    for part in t.parts:
+        sink = _Sink(tmp, part.split, part.count, t.capacity, t.pad_id, t.method, part.expected_bytes,
+                     index=part.index)
+        for chunk in t.chunks:
+            f = Path(chunk) / f"{part.split}-{part.index}.npz"
+            if not f.is_file():
+                continue
+            z = np.load(f)
+            if "ids" in z:
+                sink.rows(Rows(z["ids"], z["seg_lens"], z["seg_counts"]))
+            sink.docs(Docs(z["tokens"], z["lens"]))
+        sink.stats.truncated += part.truncated
+        summary = sink.close()
+        written.append({"split": part.split, "rows": summary["rows"], "tokens": summary["tokens"],
+                        "truncated": summary["truncated_documents"], "shard": summary["shards"][0]})
+    return {"parts": written}
 
 
 def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, work: Path, engine) -> Dict:
@@ -578,25 +588,27 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
     recs = run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
     chunks = [t.out for t in toks]
     expected = int(store.ends[-1]) * 2 if len(store) else 0      # ~0.3 tokens/byte x 4 B + headroom
-    pad = tok["pad_id"]
-    shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"), "train", s, n, chunks,
-                        sum(r["split"].get(str(s), 0) for r in recs), capacity, pad, method, expected // n)
+    # One writer task per train shard; the (small) val shard rides with the first, so a one-shard
+    # dataset is one task: no second process loading MindSpore for it.
+    shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"),
+                        [ShardPart("train", s, n, sum(r["split"].get(str(s), 0) for r in recs), expected // n)]
+                        + ([ShardPart("val", 0, 1, 0, expected // 50)] if s == 0 else []),
+                        chunks, capacity, tok["pad_id"], method)
               for s in range(n)]
-    shards.append(ShardTask(str(work / "shards" / "val-00000"), "val", 0, 1, chunks, 0, capacity, pad,
-                            method, expected // 50))
     done = run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
     out_splits = {}
     for split in ("train", "val"):
         stats = SplitStats()
-        for t, r in zip(shards, done):
-            if t.split != split:
-                continue
-            for name in (r["shard"]["file"], r["shard"]["file"] + ".db"):
-                _link(Path(t.out) / name, out / name)
-            stats.rows += r["rows"]
-            stats.tokens += r["tokens"]
-            stats.truncated += r["truncated"]
-            stats.shards.append(r["shard"])
+        for t, rec in zip(shards, done):
+            for r in rec["parts"]:
+                if r["split"] != split:
+                    continue
+                for name in (r["shard"]["file"], r["shard"]["file"] + ".db"):
+                    _link(Path(t.out) / name, out / name)
+                stats.rows += r["rows"]
+                stats.tokens += r["tokens"]
+                stats.truncated += r["truncated"]
+                stats.shards.append(r["shard"])
         out_splits[split] = stats.summary(capacity)
     return out_splits
 
