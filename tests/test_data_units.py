@@ -16,7 +16,7 @@ import pytest
 from pretrain.config.errors import PretrainDataError
 from pretrain.data import sample
 from pretrain.data.clean import Cleaner, repeated_line_fraction, symbol_ratio
-from pretrain.data.dedup import Deduper, MinHasher
+from pretrain.data.dedup import MinHasher, band_keys
 from pretrain.data.hashing import dedup_words, is_validation, words_digest
 from pretrain.data.mixture import MixtureSchedule, apportion
 from pretrain.data.pack import ConcatPacker, Docs, best_fit_decreasing, pack_best_fit
@@ -128,19 +128,23 @@ def test_cleaner_normalises_and_filters():
     assert repeated_line_fraction("a\nb\na\n\n\nb") == 0.5
 
 
-def test_dedup_removes_exact_and_near_duplicates_only():
+def test_dedup_keys_tell_exact_and_near_duplicates_only():
+    """What the read stage shuffles: equal words digests for an exact duplicate (case, spacing), a
+    shared LSH band key for a near one (one word of 240 changed), neither for another text."""
+    from pretrain.data.stages import lsh_shape
     base = " ".join(f"word{i} filler{i % 7}" for i in range(120))
     near = base.replace("word60 ", "changed60 ")
-    dedup = Deduper(SimpleNamespace(exact=True, near=True, threshold=0.8, num_perm=128, shingle=5))
-    hasher = MinHasher(128, 5)
+    other = " ".join(f"other{i} text{i % 5}" for i in range(120))
+    dedup = dict(exact=True, near=True, threshold=0.8, num_perm=128, shingle=5)
+    hasher, (bands, width) = MinHasher(128, 5), lsh_shape(dedup)
 
-    def check(text):
+    def keys(text):
         words = dedup_words(text)
-        return dedup.check(words_digest(words), hasher.signature(words))
-    assert check(base) is None
-    assert check(base.upper().replace(" ", "  ")) == "exact_duplicate"
-    assert check(near) == "near_duplicate"
-    assert check(" ".join(f"other{i} text{i % 5}" for i in range(120))) is None
+        return words_digest(words), set(enumerate(band_keys(hasher.signature(words), bands, width)))
+    (digest, bucket), (dup_digest, _), (near_digest, near_bucket), (other_digest, other_bucket) = \
+        map(keys, (base, base.upper().replace(" ", "  ") + " !", near, other))
+    assert dup_digest == digest and near_digest != digest and other_digest != digest
+    assert bucket & near_bucket and not bucket & other_bucket
 
 
 def _texts_of_every_kind():

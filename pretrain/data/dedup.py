@@ -1,19 +1,16 @@
-"""Dedup building blocks: exact duplicates by a normalised hash, near duplicates by MinHash-LSH.
+"""Dedup building blocks: MinHash signatures and LSH band keys of a document (near duplicates),
+and the check of the near-dedup settings.
 
-prepare() dedups with partitioned tasks (pretrain.data.stages: hash partitions, LSH band
-partitions, connected components keeping the first document of each). What follows is the
-streaming Deduper that ingest() (and the benchmark's stage timing) uses, and the MinHasher both use.
-Streaming rule, first seen wins: a document is dropped when an earlier kept document of the same source is
-identical up to case/whitespace/punctuation (exact) or has an estimated word-shingle Jaccard
-similarity of at least `threshold` (near, datasketch's MinHashLSH).
-
-Signatures (the costly part) are computed where the cleaning runs, in worker processes
-(MinHasher); the index that decides (Deduper) lives in one process. Its memory grows with the
-number of kept documents (16 B per exact hash; the LSH band keys, about 1 kB per document at
-128 permutations), not with their size.
+prepare() dedups with partitioned tasks (pretrain.data.stages): exact duplicates by a hash of the
+document's words (hash partitions), near duplicates by MinHash-LSH (band partitions: documents
+sharing a band key are candidates; connected components of the candidates keep their first
+document). Rule, first wins: a document is dropped when an earlier document of the same source
+is identical up to case/whitespace/punctuation (exact) or shares an LSH bucket with one (near:
+estimated word-shingle Jaccard similarity around `threshold`, datasketch's MinHashLSH banding).
 """
+import hashlib
 import zlib
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 
@@ -72,33 +69,21 @@ class MinHasher:
         return out
 
 
-class Deduper:
-    def __init__(self, cfg) -> None:
-        self.exact, self.near = cfg.exact, cfg.near
-        self._seen = set()
-        self._count = 0
-        if self.near:
-            from datasketch import MinHashLSH
-            try:
-                self._lsh = MinHashLSH(threshold=cfg.threshold, num_perm=cfg.num_perm)
-                self._scheme = MinHasher(cfg.num_perm, cfg.shingle).scheme
-            except ValueError as exc:   # datasketch's own checks ("Too few permutation functions")
-                raise PretrainDataError(f"data.dedup: {exc} (num_perm={cfg.num_perm}, threshold="
-                                        f"{cfg.threshold}, shingle={cfg.shingle}; or data.dedup.near=false)"
-                                        ) from None
+def check_settings(dedup: dict) -> None:
+    """Near-dedup settings datasketch's LSH refuses, as one line naming the keys (checked once,
+    before any task)."""
+    if not dedup["near"]:
+        return
+    from datasketch import MinHashLSH
+    try:
+        MinHashLSH(threshold=dedup["threshold"], num_perm=dedup["num_perm"])
+    except ValueError as exc:   # datasketch's own checks ("Too few permutation functions")
+        raise PretrainDataError(f"data.dedup: {exc} (num_perm={dedup['num_perm']}, threshold="
+                                f"{dedup['threshold']}, shingle={dedup['shingle']}; or data.dedup.near=false)"
+                                ) from None
 
-    def check(self, digest: bytes, signature: Optional[np.ndarray]) -> Optional[str]:
-        """None if the document (its words digest and MinHash signature) is new, and remember
-        it; else the reason it is a duplicate."""
-        if self.exact and digest in self._seen:
-            return "exact_duplicate"
-        if self.near:
-            from datasketch import LeanMinHash
-            m = LeanMinHash(seed=_SEED, hashvalues=signature, scheme=self._scheme)
-            if self._lsh.query(m):
-                return "near_duplicate"
-            self._lsh.insert(self._count, m, check_duplication=False)
-            self._count += 1
-        if self.exact:
-            self._seen.add(digest)
-        return None
+
+def band_keys(signature: np.ndarray, bands: int, width: int) -> List[int]:
+    """The LSH band keys of a signature: documents sharing one are near-duplicate candidates."""
+    return [int.from_bytes(hashlib.blake2b(signature[b * width:(b + 1) * width].tobytes(),
+                                           digest_size=8).digest(), "little") for b in range(bands)]

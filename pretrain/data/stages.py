@@ -28,7 +28,6 @@ count or retry gives the same bytes. The work directories live under <cache>/wor
 removed once the stage's result is published.
 """
 import fnmatch
-import hashlib
 import json
 import os
 import shutil
@@ -46,6 +45,7 @@ from pretrain.data.fsutil import building, sweep_stale, write_json_atomic
 DONE = "done.json"
 EXACT_PARTS = 8            # fixed, so the work layout (and a restart) never depends on the engine
 BAND_PARTS = 8
+LOOSE_ROOM = 0.02          # a tokenize task's best-fit row with more free room is repacked by its writer
 SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is read as several splits
 FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
                                   # kills the process once (it creates <marker> first)
@@ -187,11 +187,10 @@ def read_split(t: ReadTask) -> Dict:
 
 def _read_split(t: ReadTask, tmp: Path) -> Dict:
     from pretrain.data.clean import Cleaner
-    from pretrain.data.dedup import MinHasher
+    from pretrain.data.dedup import MinHasher, band_keys
     from pretrain.data.docstore import DocStoreWriter
     from pretrain.data.hashing import dedup_words, is_validation, words_digest
-    from pretrain.data.ingest import source_items
-    from pretrain.data.sources import Drop
+    from pretrain.data.sources import Drop, source_items
     clean, dedup = t.clean, t.dedup
     cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
     near = dedup["near"]
@@ -202,7 +201,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     writer = DocStoreWriter(tmp)
     digests = bytearray()
     chars: List[int] = []
-    band_keys: List[List[int]] = []
+    keys: List[List[int]] = []
     dropped: Counter = Counter()
     seen = split_docs = extra = 0
     if t.byte_range:
@@ -233,9 +232,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         chars.append(len(text))
         if hasher:
             sig = hasher.signature(words)
-            band_keys.append([int.from_bytes(hashlib.blake2b(sig[b * width:(b + 1) * width].tobytes(),
-                                                             digest_size=8).digest(), "little")
-                              for b in range(bands)])
+            keys.append(band_keys(sig, bands, width))
     writer.close()
     n = len(digests) // 16
     index = np.arange(n, dtype=np.int64)
@@ -248,7 +245,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
             if sel.any():
                 np.savez(tmp / f"exact-{p}.npz", index=index[sel], digest=d[sel])
     if near and n:
-        keys = np.asarray(band_keys, np.uint64).reshape(n, bands)
+        keys = np.asarray(keys, np.uint64).reshape(n, bands)
         for q in range(BAND_PARTS):
             cols = [b for b in range(bands) if b % BAND_PARTS == q]
             if cols:
@@ -417,11 +414,11 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     from types import SimpleNamespace as NS
 
     from pretrain.data.clean import Cleaner
-    from pretrain.data.dedup import Deduper
+    from pretrain.data.dedup import check_settings
     t0 = time.time()
     clean, dedup = plain(cfg.clean), plain(cfg.dedup)
     Cleaner(NS(**clean))            # a bad setting fails here, once, not inside every task
-    Deduper(NS(**dedup))
+    check_settings(dedup)
     splits = _splits(src.files, src.builtin)
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
                       float(cfg.val_fraction), r) for i, (f, b, r) in enumerate(splits)]
@@ -553,11 +550,11 @@ def write_shard(t: ShardTask) -> Dict:
 
 
 def _write_shard(t: ShardTask, tmp: Path) -> Dict:
-    from pretrain.data.build import _Sink
     from pretrain.data.pack import Docs, Rows
+    from pretrain.data.shards import SplitSink
     written = []
     for part in t.parts:
-        sink = _Sink(tmp, part.split, part.count, t.capacity, t.pad_id, t.method, part.expected_bytes,
+        sink = SplitSink(tmp, part.split, part.count, t.capacity, t.pad_id, t.method, part.expected_bytes,
                      index=part.index)
         for chunk in t.chunks:
             f = Path(chunk) / f"{part.split}-{part.index}.npz"
@@ -576,8 +573,8 @@ def _write_shard(t: ShardTask, tmp: Path) -> Dict:
 
 def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, work: Path, engine) -> Dict:
     """Train and val shards of the store in `out`; per-split statistics for the manifest."""
-    from pretrain.data.build import LOOSE_ROOM, SplitStats
     from pretrain.data.docstore import DocStore
+    from pretrain.data.shards import SplitStats
     store = DocStore(store_dir)
     capacity, n = int(cfg.seq_length) + 1, int(cfg.num_shards)
     method = str(cfg.packing)
@@ -590,9 +587,10 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
     expected = int(store.ends[-1]) * 2 if len(store) else 0      # ~0.3 tokens/byte x 4 B + headroom
     # One writer task per train shard; the (small) val shard rides with the first, so a one-shard
     # dataset is one task: no second process loading MindSpore for it.
+    val = [ShardPart("val", 0, 1, 0, expected // 50)]
+    cut = [sum(r["split"].get(str(s), 0) for r in recs) for s in range(n)]     # documents split per shard
     shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"),
-                        [ShardPart("train", s, n, sum(r["split"].get(str(s), 0) for r in recs), expected // n)]
-                        + ([ShardPart("val", 0, 1, 0, expected // 50)] if s == 0 else []),
+                        [ShardPart("train", s, n, cut[s], expected // n)] + (val if s == 0 else []),
                         chunks, capacity, tok["pad_id"], method)
               for s in range(n)]
     done = run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
