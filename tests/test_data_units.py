@@ -131,12 +131,13 @@ def test_cleaner_normalises_and_filters():
 def test_dedup_keys_tell_exact_and_near_duplicates_only():
     """What the read stage shuffles: equal words digests for an exact duplicate (case, spacing), a
     shared LSH band key for a near one (one word of 240 changed), neither for another text."""
-    from pretrain.data.stages import lsh_shape
+    from pretrain.data.dedup import lsh_params
     base = " ".join(f"word{i} filler{i % 7}" for i in range(120))
     near = base.replace("word60 ", "changed60 ")
     other = " ".join(f"other{i} text{i % 5}" for i in range(120))
     dedup = dict(exact=True, near=True, threshold=0.8, num_perm=128, shingle=5)
-    hasher, (bands, width) = MinHasher(128, 5), lsh_shape(dedup)
+    lsh = lsh_params(dedup)
+    hasher, bands, width = MinHasher(128, 5, (lsh["a"], lsh["b"])), lsh["bands"], lsh["width"]
 
     def keys(text):
         words = dedup_words(text)

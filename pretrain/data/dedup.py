@@ -10,7 +10,7 @@ estimated word-shingle Jaccard similarity around `threshold`, datasketch's MinHa
 """
 import hashlib
 import zlib
-from typing import List
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -27,14 +27,12 @@ class MinHasher:
     operations over all shingles. Bit-identical to MinHash.update_batch (tests/test_data_units.py
     compares them), about 3x faster."""
 
-    def __init__(self, num_perm: int, shingle: int) -> None:
-        from datasketch import MinHash
+    def __init__(self, num_perm: int, shingle: int, permutations: Optional[Sequence] = None) -> None:
+        """permutations: datasketch's (a, b) for num_perm (lsh_params' "a", "b"): given, this
+        process never imports datasketch (and scipy beneath it, ~0.3 s of CPU per process)."""
         self.num_perm, self.shingle = num_perm, shingle
-        proto = MinHash(num_perm=num_perm, seed=_SEED)      # its permutations: drawn once
-        self.scheme = proto.scheme
-        if self.scheme != "affine32" or proto.permutations[0].dtype != np.uint32:
-            raise RuntimeError(f"datasketch {proto.scheme!r} MinHash: pretrain computes 'affine32' itself")
-        self._a, self._b = (np.asarray(x, np.uint32)[None, :] for x in proto.permutations)
+        a, b = permutations if permutations is not None else _permutations(num_perm)
+        self._a, self._b = (np.asarray(x, np.uint32)[None, :] for x in (a, b))
 
     def shingle_hashes(self, words: List[str]) -> np.ndarray:
         """crc32 of each word n-gram (words joined by one space, UTF-8), as uint32; a document of
@@ -67,6 +65,23 @@ class MinHasher:
         for i in range(0, len(hv), _SLICE):      # slices: a 1 MB document costs a few MB, not ~0.5 GB
             np.minimum(out, (hv[i:i + _SLICE, None] * self._a + self._b).min(axis=0), out=out)
         return out
+
+
+def _permutations(num_perm: int) -> tuple:
+    from datasketch import MinHash
+    proto = MinHash(num_perm=num_perm, seed=_SEED)      # drawing them is most of a MinHash's cost
+    if proto.scheme != "affine32" or proto.permutations[0].dtype != np.uint32:
+        raise RuntimeError(f"datasketch {proto.scheme!r} MinHash: pretrain computes 'affine32' itself")
+    return tuple(proto.permutations)
+
+
+def lsh_params(dedup: dict) -> dict:
+    """What a read task needs for near dedup, computed once by the driver: the LSH shape (bands,
+    rows per band: datasketch's choice for MinHashLSH at the threshold) and the permutations."""
+    from datasketch.lsh import _optimal_param
+    bands, width = _optimal_param(dedup["threshold"], dedup["num_perm"], 0.5, 0.5)
+    a, b = _permutations(dedup["num_perm"])
+    return {"bands": int(bands), "width": int(width), "a": a.tolist(), "b": b.tolist()}
 
 
 def check_settings(dedup: dict) -> None:

@@ -173,12 +173,7 @@ class ReadTask:
     dedup: dict
     val_fraction: float
     byte_range: Optional[tuple] = None     # (start, stop) of the one .jsonl file: lines starting there
-
-
-def lsh_shape(dedup: dict) -> tuple:
-    """(bands, rows per band) for the threshold: datasketch's choice for MinHashLSH."""
-    from datasketch.lsh import _optimal_param
-    return _optimal_param(dedup["threshold"], dedup["num_perm"], 0.5, 0.5)
+    lsh: Optional[dict] = None             # near dedup on: dedup.lsh_params (shape, permutations)
 
 
 def read_split(t: ReadTask) -> Dict:
@@ -195,9 +190,12 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
     near = dedup["near"]
     hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
-                     lambda: MinHasher(dedup["num_perm"], dedup["shingle"])) if near else None
-    bands, width = lsh_shape(dedup) if near else (0, 0)
+                     lambda: MinHasher(dedup["num_perm"], dedup["shingle"], (t.lsh["a"], t.lsh["b"]))) \
+        if near else None
+    bands, width = (t.lsh["bands"], t.lsh["width"]) if near else (0, 0)
     need_words, need_digest = bool(near or dedup["exact"]), t.val_fraction > 0
+    earlier = set()               # digests of this split: a repeat is an exact duplicate (dedup.exact)
+    signed: List[int] = []        # documents with a signature (an exact duplicate's is never used)
     writer = DocStoreWriter(tmp)
     digests = bytearray()
     chars: List[int] = []
@@ -230,9 +228,13 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         writer.add(text, is_validation(item.key or digest, t.val_fraction))
         digests += digest
         chars.append(len(text))
-        if hasher:
-            sig = hasher.signature(words)
-            keys.append(band_keys(sig, bands, width))
+        # An exact duplicate of an earlier document of this split is dropped by the exact stage,
+        # before the near stage reads any band key: its signature is not computed.
+        if hasher and not (dedup["exact"] and digest in earlier):
+            signed.append(len(chars) - 1)
+            keys.append(band_keys(hasher.signature(words), bands, width))
+        if dedup["exact"]:
+            earlier.add(digest)
     writer.close()
     n = len(digests) // 16
     index = np.arange(n, dtype=np.int64)
@@ -245,12 +247,13 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
             if sel.any():
                 np.savez(tmp / f"exact-{p}.npz", index=index[sel], digest=d[sel])
     if near and n:
-        keys = np.asarray(keys, np.uint64).reshape(n, bands)
+        m, index = len(signed), np.asarray(signed, np.int64)
+        keys = np.asarray(keys, np.uint64).reshape(m, bands)
         for q in range(BAND_PARTS):
             cols = [b for b in range(bands) if b % BAND_PARTS == q]
             if cols:
                 np.savez(tmp / f"band-{q}.npz", index=np.repeat(index, len(cols)),
-                         band=np.tile(np.asarray(cols, np.int16), n), key=keys[:, cols].reshape(-1))
+                         band=np.tile(np.asarray(cols, np.int16), m), key=keys[:, cols].reshape(-1))
     return {"in": seen, "candidates": n, "dropped": dict(dropped),
             "split_for_length": {"documents": split_docs, "extra_pieces": extra}}
 
@@ -414,14 +417,15 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     from types import SimpleNamespace as NS
 
     from pretrain.data.clean import Cleaner
-    from pretrain.data.dedup import check_settings
+    from pretrain.data.dedup import check_settings, lsh_params
     t0 = time.time()
     clean, dedup = plain(cfg.clean), plain(cfg.dedup)
     Cleaner(NS(**clean))            # a bad setting fails here, once, not inside every task
     check_settings(dedup)
     splits = _splits(src.files, src.builtin)
+    lsh = lsh_params(dedup) if dedup["near"] else None
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
-                      float(cfg.val_fraction), r) for i, (f, b, r) in enumerate(splits)]
+                      float(cfg.val_fraction), r, lsh) for i, (f, b, r) in enumerate(splits)]
     read_recs = run_stage(engine, "read", work / "read", read_split, reads)
     read_dirs = [t.out for t in reads]
     exact_dir, near_dir, comp_dir = work / "exact", work / "near", work / "components"
