@@ -41,6 +41,7 @@ from pretrain.config.compose import compose
 from pretrain.config.schema import SourceConfig
 
 NODE_CORES = 64
+SERIAL = ("components", "concat (driver)")     # one task whatever the data size (the others: many)
 TB = 1e12
 
 
@@ -142,7 +143,7 @@ def _projection(profile: Dict[str, Dict], fixed_s: float, in_bytes: int, nodes: 
     A stage of one task (components, the driver's store concatenation) does not spread over cores;
     fixed_s (the driver's other work between stages) does not grow with the data."""
     scale = TB / in_bytes
-    serial = [s for s, c in profile.items() if c["tasks"] <= 1]
+    serial = [s for s in SERIAL if s in profile]
     parallel_cpu = sum(c["cpu_s"] for s, c in profile.items() if s not in serial)
     serial_s = sum(profile[s]["wall_s"] for s in serial)
     lines = [f"projection, not a measurement: hours for 1 TB of input text ({scale:.0f} x this input) on N "

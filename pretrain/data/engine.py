@@ -113,8 +113,14 @@ class RayEngine:
 
     def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
         """Results in task order; at most 2 x the cluster's CPUs in flight. A task whose worker or
-        node dies is retried by Ray (max_retries); a task that raises fails the stage."""
+        node dies is retried by Ray (max_retries); a task that raises fails the stage. A stage of
+        one task (components; the writer of a one-shard dataset) runs here, as on the local
+        engine: no scheduling round trip, and this process has MindSpore loaded already (a Ray
+        worker would start a fresh Python for the writer and load it there)."""
         ray = self.ray
+        if len(tasks) == 1 and (not fresh_process or "mindspore" in sys.modules):
+            yield fn(tasks[0])
+            return
         width = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers)))
         call = self._call.options(max_retries=3, retry_exceptions=False)
         todo = iter(tasks)
