@@ -47,6 +47,9 @@ EXACT_PARTS = 8            # fixed, so the work layout (and a restart) never dep
 BAND_PARTS = 8
 LOOSE_ROOM = 0.02          # a tokenize task's best-fit row with more free room is repacked by its writer
 SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is read as several splits
+MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, so that there are
+READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
+                           # depends on the input files only, never on the engine or worker count)
 FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
                                   # kills the process once (it creates <marker> first)
 
@@ -398,15 +401,17 @@ def _final_split(t: FinalTask, tmp: Path) -> Dict:
 
 def _splits(files: List[Path], builtin: Optional[str]) -> List[tuple]:
     """(files, builtin, byte range) of each read task: a builtin source, then one per input file,
-    an uncompressed .jsonl file of more than SPLIT_BYTES in byte ranges (so one big file does not
-    become one long task). Document order (and so which copy of a duplicate stays) is the input
-    order whatever the splits."""
+    an uncompressed .jsonl file in byte ranges of at most SPLIT_BYTES (so one big file does not
+    become one long task; in a small corpus smaller, down to MIN_SPLIT_BYTES, for about READ_TASKS
+    tasks). Document order (and so which copy of a duplicate stays) is the input order whatever
+    the splits."""
     from pretrain.data.sources import file_kind
     out = [([], builtin, None)] if builtin else []
-    for f in files:
-        size = f.stat().st_size if f.is_file() else 0
-        if file_kind(f) == (".jsonl", "") and size > SPLIT_BYTES:
-            out += [([str(f)], None, (a, min(a + SPLIT_BYTES, size))) for a in range(0, size, SPLIT_BYTES)]
+    sizes = [f.stat().st_size if f.is_file() else 0 for f in files]
+    split = min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, sum(sizes) // READ_TASKS))
+    for f, size in zip(files, sizes):
+        if file_kind(f) == (".jsonl", "") and size > split:
+            out += [([str(f)], None, (a, min(a + split, size))) for a in range(0, size, split)]
         else:
             out.append(([str(f)], None, None))
     return out
