@@ -21,7 +21,8 @@ document read, duplicates and dropped documents included, as sentencepiece count
 Default input: the standard library's .py files and the sample corpus's English prose, --unique-mb of
 distinct documents, plus copies so that --duplicates of all documents are duplicates (half exact
 copies, half near copies with one word changed), shuffled, in 4 jsonl files.
-Timed rows are medians of --repeats interleaved runs (raw, then each engine). Task CPU seconds (process
+Timed rows are medians of --repeats interleaved runs (raw, then each engine, their order reversed
+every other repeat). Task CPU seconds (process
 time of the tasks, all threads; the driver's own CPU not included) are shown beside wall time: on a
 shared machine they are the steadier figure.
 """
@@ -41,6 +42,7 @@ from pretrain.config.compose import compose
 from pretrain.config.schema import SourceConfig
 
 NODE_CORES = 64
+SETTLE_S = 8.0
 SERIAL = ("components", "concat (driver)")     # one task whatever the data size (the others: many)
 TB = 1e12
 
@@ -135,7 +137,9 @@ def _start_ray(workers: int, temp_dir: Path) -> float:
     ray.init(num_cpus=workers, include_dashboard=False, _temp_dir=str(temp_dir), logging_level="ERROR",
              log_to_driver=False)
     ray.get(ray.remote(lambda: 0).remote())     # a worker process is up, as on a running cluster
-    return time.perf_counter() - t0
+    took = time.perf_counter() - t0
+    time.sleep(SETTLE_S)     # Ray's own processes keep a core busy for a while after start: not in any row
+    return took
 
 
 def _projection(profile: Dict[str, Dict], fixed_s: float, in_bytes: int, nodes: List[int]) -> List[str]:
@@ -220,7 +224,7 @@ def main(argv=None) -> None:
             tokens = sum(n for n, _ in counted)
             cpus["raw"].append(sum(c for _, c in counted))
             pool.close()
-            for engine in engines:
+            for engine in (engines if i % 2 == 0 else engines[::-1]):     # order effects cancel
                 cfg = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}",
                                f"data.cache_dir={tmp / f'e2e-{engine}-{i}'}",
                                f"data.tokenizer.path={tok_path}", f"data.engine={engine}"]).data
