@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -209,35 +210,38 @@ def main(argv=None) -> None:
         n_docs = _raw_store(files, tmp / "raw", base.clean.max_chars)
         store = DocStore(tmp / "raw")
         chunks = [EncodeTask(str(store.dir), a, b, str(tok_path)) for a, b in store.chunks()]
-        ray_start = _start_ray(args.workers, Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))) \
-            if "ray" in engines else None
+        ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp")) if "ray" in engines else None  # short
+        ray_start = _start_ray(args.workers, ray_dir) if ray_dir else None
 
         walls: Dict[str, List[float]] = {k: [] for k in ["raw", *engines]}
         cpus: Dict[str, List[float]] = {k: [] for k in ["raw", *engines]}
         runs: Dict[str, List[tuple]] = {e: [] for e in engines}     # (wall, per-stage profile) per repeat
         results: Dict[str, Dict] = {}
-        for i in range(args.repeats):       # interleaved, so load changes hit every row alike
-            pool = LocalEngine(args.workers)
-            t0 = time.perf_counter()
-            counted = list(pool.map(encode_chunk, chunks))
-            walls["raw"].append(time.perf_counter() - t0)
-            tokens = sum(n for n, _ in counted)
-            cpus["raw"].append(sum(c for _, c in counted))
-            pool.close()
-            for engine in (engines if i % 2 == 0 else engines[::-1]):     # order effects cancel
-                cfg = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}",
-                               f"data.cache_dir={tmp / f'e2e-{engine}-{i}'}",
-                               f"data.tokenizer.path={tok_path}", f"data.engine={engine}"]).data
-                cfg.sources = {"bench": SourceConfig(paths=[str(p) for p in inputs])}
-                stages.profile.clear()
+        try:
+            for i in range(args.repeats):       # interleaved, so load changes hit every row alike
+                pool = LocalEngine(args.workers)
                 t0 = time.perf_counter()
-                results[engine] = prepare(cfg, progress=False, wait=False)["bench"].manifest
-                walls[engine].append(time.perf_counter() - t0)
-                runs[engine].append((walls[engine][-1], {k: dict(v) for k, v in stages.profile.items()}))
-                cpus[engine].append(sum(c["cpu_s"] for c in runs[engine][-1][1].values()))
-        if ray_start is not None:
-            import ray
-            ray.shutdown()
+                counted = list(pool.map(encode_chunk, chunks))
+                walls["raw"].append(time.perf_counter() - t0)
+                tokens = sum(n for n, _ in counted)
+                cpus["raw"].append(sum(c for _, c in counted))
+                pool.close()
+                for engine in (engines if i % 2 == 0 else engines[::-1]):     # order effects cancel
+                    cfg = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}",
+                                   f"data.cache_dir={tmp / f'e2e-{engine}-{i}'}",
+                                   f"data.tokenizer.path={tok_path}", f"data.engine={engine}"]).data
+                    cfg.sources = {"bench": SourceConfig(paths=[str(p) for p in inputs])}
+                    stages.profile.clear()
+                    t0 = time.perf_counter()
+                    results[engine] = prepare(cfg, progress=False, wait=False)["bench"].manifest
+                    walls[engine].append(time.perf_counter() - t0)
+                    runs[engine].append((walls[engine][-1], {k: dict(v) for k, v in stages.profile.items()}))
+                    cpus[engine].append(sum(c["cpu_s"] for c in runs[engine][-1][1].values()))
+        finally:
+            if ray_dir:
+                import ray
+                ray.shutdown()
+                shutil.rmtree(ray_dir, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in walls.items()}
     # the per-stage tables and the projection: the repeat of median wall time of each engine
