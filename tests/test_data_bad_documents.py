@@ -12,12 +12,13 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import zstandard
 
-from pretrain.data import prepare
-from pretrain.data.ingest import ingest, source_items
+from pretrain.data import prepare, stages
+from pretrain.data.engine import LocalEngine
 from pretrain.data.sources import Doc, Drop, read_documents
 from tests.test_data_pipeline import data_cfg, paragraphs
 
@@ -151,19 +152,23 @@ def _words():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_fuzzed_inputs_are_all_accounted_for(tmp_path, seed):
-    src, out = tmp_path / "src", tmp_path / "store"
+    src, out, work = tmp_path / "src", tmp_path / "store", tmp_path / "work"
     src.mkdir()
     _write_fuzz_corpus(src, seed, _words())
     files = sorted(src.iterdir())
-    stats = ingest(source_items(files, None, "text", 4000, scratch=out), out, CLEAN, DEDUP, 0.1, "fuzz",
-                   progress=False)
+    source = SimpleNamespace(files=files, builtin=None, text_field="text")     # the read stage's path
+    stats = stages.clean_store(source, SimpleNamespace(clean=CLEAN, dedup=DEDUP, val_fraction=0.1), out, work,
+                               LocalEngine(1), dict)
     assert stats["in"] == stats["kept"] + sum(stats["dropped"].values()) > 0
     assert stats["in"] >= len(files)
     assert {"invalid_unicode", "binary", "unreadable"} <= set(stats["dropped"])
     from pretrain.data.docstore import DocStore
     store = DocStore(out)
     assert len(store) == stats["kept"] and len(store.texts(0, len(store))) == stats["kept"]
-    assert sorted(p.name for p in out.iterdir()) == ["docs.end", "docs.txt", "docs.val"]   # scratch gone
+    assert sorted(p.name for p in out.iterdir()) == ["docs.end", "docs.txt", "docs.val"]
+    left = {p.name for p in (work / "read").glob("*/*")}      # no unpacked parquet left in a task's output
+    assert left <= {"docs.txt", "docs.end", "docs.val", "chars.npy", "done.json",
+                    *(f"{kind}-{p}.npz" for kind in ("exact", "band") for p in range(8))}, left
 
 
 def test_fuzzed_corpus_prepares_end_to_end(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 from pretrain.config.compose import compose
 from pretrain.config.errors import PretrainConfigError, PretrainDataError
 from pretrain.config.schema import SourceConfig
-from pretrain.data import prepare
+from pretrain.data import prepare, stages
 from pretrain.data.docstore import DocStore
 from pretrain.data.loader import BatchLoader
 from pretrain.data.pack import split_long
@@ -171,9 +171,9 @@ def test_second_prepare_reuses_and_a_config_change_rebuilds(corpus, prepared, tm
 
 
 def test_output_does_not_depend_on_the_number_of_workers(corpus, tmp_path, monkeypatch):
-    from pretrain.data import docstore, ingest
-    monkeypatch.setattr(docstore, "CHUNK_BYTES", 8192)        # many tokenize chunks and clean batches,
-    monkeypatch.setattr(ingest, "_BATCH_CHARS", 4096)         # so workers really interleave
+    from pretrain.data import docstore
+    monkeypatch.setattr(docstore, "CHUNK_BYTES", 8192)        # many tokenize chunks and read splits,
+    monkeypatch.setattr(stages, "SPLIT_BYTES", 4096)          # so workers really interleave
     one = prepare(data_cfg(tmp_path / "w1", {"web": corpus["web"]}, workers=1), progress=False)["web"]
     two = prepare(data_cfg(tmp_path / "w2", {"web": corpus["web"]}, workers=2), progress=False)["web"]
     assert [s["sha256"] for s in one.manifest["train"]["shards"]] == \

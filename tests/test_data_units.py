@@ -16,11 +16,12 @@ import pytest
 from pretrain.config.errors import PretrainDataError
 from pretrain.data import sample
 from pretrain.data.clean import Cleaner, repeated_line_fraction, symbol_ratio
-from pretrain.data.dedup import Deduper, MinHasher
+from pretrain.data.dedup import MinHasher, band_keys
 from pretrain.data.hashing import dedup_words, is_validation, words_digest
 from pretrain.data.mixture import MixtureSchedule, apportion
 from pretrain.data.pack import ConcatPacker, Docs, best_fit_decreasing, pack_best_fit
 from pretrain.data.sources import Doc, Drop, read_documents, resolve_files, split_text
+from tests.test_data_pipeline import paragraphs
 
 PROSE = [
     "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
@@ -127,19 +128,58 @@ def test_cleaner_normalises_and_filters():
     assert repeated_line_fraction("a\nb\na\n\n\nb") == 0.5
 
 
-def test_dedup_removes_exact_and_near_duplicates_only():
+def test_dedup_keys_tell_exact_and_near_duplicates_only():
+    """What the read stage shuffles: equal words digests for an exact duplicate (case, spacing), a
+    shared LSH band key for a near one (one word of 240 changed), neither for another text."""
+    from pretrain.data.dedup import lsh_params
     base = " ".join(f"word{i} filler{i % 7}" for i in range(120))
     near = base.replace("word60 ", "changed60 ")
-    dedup = Deduper(SimpleNamespace(exact=True, near=True, threshold=0.8, num_perm=128, shingle=5))
-    hasher = MinHasher(128, 5)
+    other = " ".join(f"other{i} text{i % 5}" for i in range(120))
+    dedup = dict(exact=True, near=True, threshold=0.8, num_perm=128, shingle=5)
+    lsh = lsh_params(dedup)
+    hasher, bands, width = MinHasher(128, 5, (lsh["a"], lsh["b"])), lsh["bands"], lsh["width"]
 
-    def check(text):
+    def keys(text):
         words = dedup_words(text)
-        return dedup.check(words_digest(words), hasher.signature(words))
-    assert check(base) is None
-    assert check(base.upper().replace(" ", "  ")) == "exact_duplicate"
-    assert check(near) == "near_duplicate"
-    assert check(" ".join(f"other{i} text{i % 5}" for i in range(120))) is None
+        return words_digest(words), set(enumerate(band_keys(hasher.signature(words), bands, width)))
+    (digest, bucket), (dup_digest, _), (near_digest, near_bucket), (other_digest, other_bucket) = \
+        map(keys, (base, base.upper().replace(" ", "  ") + " !", near, other))
+    assert dup_digest == digest and near_digest != digest and other_digest != digest
+    assert bucket & near_bucket and not bucket & other_bucket
+
+
+def _texts_of_every_kind():
+    rng = np.random.default_rng(0)
+    vocab = ["the", "Über", "naïve", "日本語", "x", "__init__", "a_b", "ß", "data", "2024", "£5", "def"]
+    texts = [" ".join(rng.choice(vocab, size=int(rng.integers(0, 400)))) for _ in range(60)]
+    texts += ["", "one", "a b c d", "a b c d e", "word " * 5000, "\t\x1c\x1f\x0b text !! ** ",
+              "{}[]<>|~^%$#@!&*" * 4]
+    return texts + [chr(c) * 3 + " ok" for c in range(160)] + paragraphs()[:30]
+
+
+def test_minhash_signatures_are_datasketchs_bit_for_bit():
+    """MinHasher computes datasketch's MinHash (crc32 shingles, seed 1) with array operations: the same
+    uint32 values for any text (non-ASCII words, fewer words than a shingle, none at all)."""
+    import zlib
+
+    from datasketch import MinHash
+    for num_perm, n in ((128, 5), (16, 1), (16, 3)):
+        hasher = MinHasher(num_perm, n)
+        for text in _texts_of_every_kind():
+            words = dedup_words(text)
+            ref = MinHash(num_perm=num_perm, seed=1, hashfunc=zlib.crc32)
+            ref.update_batch([" ".join(words[i:i + n]).encode() for i in range(max(1, len(words) - n + 1))])
+            sig = hasher.signature(words)
+            assert sig.dtype == ref.hashvalues.dtype and np.array_equal(sig, ref.hashvalues), text[:40]
+
+
+def test_symbol_ratio_counts_what_its_patterns_match():
+    """The ASCII fast path (bytes.translate) against the two patterns' own counts, on every ASCII
+    character and on mixed texts."""
+    for text in _texts_of_every_kind():
+        visible = len(text) - len(re.findall(r"\s", text))
+        want = len(re.findall(r"[^\w\s]", text)) / visible if visible else 1.0
+        assert symbol_ratio(text) == want, repr(text[:40])
 
 
 def test_validation_split_is_stable_and_near_the_fraction():

@@ -11,6 +11,11 @@ _TRAILING_SPACE = re.compile(r"[ \t]+\n")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SYMBOL = re.compile(r"[^\w\s]")
 _SPACE = re.compile(r"\s")
+# The same two classes over ASCII, as bytes to delete (taken from the patterns themselves, so the
+# fast path below counts exactly what they match): an ASCII document is counted by bytes.translate.
+_ASCII = [chr(c) for c in range(128)]
+_ASCII_SPACE = "".join(c for c in _ASCII if _SPACE.match(c)).encode()
+_ASCII_WORD_OR_SPACE = "".join(c for c in _ASCII if not _SYMBOL.match(c)).encode()
 
 
 class Cleaner:
@@ -25,8 +30,11 @@ class Cleaner:
             text = unicodedata.normalize(self.form, text)
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         text = _CONTROL.sub("", text)
-        text = _TRAILING_SPACE.sub("\n", text)
-        return _BLANK_RUNS.sub("\n\n", text).strip()
+        if " \n" in text or "\t\n" in text:     # (the scans below are slow; most texts need neither)
+            text = _TRAILING_SPACE.sub("\n", text)
+        if "\n\n\n" in text:
+            text = _BLANK_RUNS.sub("\n\n", text)
+        return text.strip()
 
     def __call__(self, text: str) -> Tuple[str, Optional[str]]:
         """(cleaned text, None) to keep it, or (text, reason) to drop it."""
@@ -43,8 +51,13 @@ class Cleaner:
 def symbol_ratio(text: str) -> float:
     """Share of non-space characters that are neither letters, digits nor '_' (markup debris,
     tables of punctuation, encoded blobs score high; prose and code score low)."""
-    visible = len(text) - len(_SPACE.findall(text))
-    return len(_SYMBOL.findall(text)) / visible if visible else 1.0
+    if text.isascii():
+        data = text.encode()
+        visible = len(data.translate(None, _ASCII_SPACE))
+        symbols = len(data.translate(None, _ASCII_WORD_OR_SPACE))
+    else:
+        visible, symbols = len(text) - len(_SPACE.findall(text)), len(_SYMBOL.findall(text))
+    return symbols / visible if visible else 1.0
 
 
 def repeated_line_fraction(text: str) -> float:

@@ -37,9 +37,11 @@ class LocalEngine:
         self._pool = None       # one set of worker processes for every stage of this prepare()
 
     def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
-        """Results in task order; a single task runs in this process (no worker start-up for it)."""
+        """Results in task order; a single task runs in this process (no worker start-up for it),
+        unless it needs MindSpore (fresh_process) and this process loaded Ray without it."""
         from pretrain.data.pool import make_pool, ordered_map  # spawned workers: they never hold Ray
-        if self.workers <= 1 or len(tasks) <= 1:
+        ray_first = fresh_process and "ray" in sys.modules and "mindspore" not in sys.modules
+        if self.workers <= 1 or (len(tasks) <= 1 and not ray_first):
             yield from map(fn, tasks)
             return
         if self._pool is None:
@@ -111,8 +113,14 @@ class RayEngine:
 
     def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
         """Results in task order; at most 2 x the cluster's CPUs in flight. A task whose worker or
-        node dies is retried by Ray (max_retries); a task that raises fails the stage."""
+        node dies is retried by Ray (max_retries); a task that raises fails the stage. A stage of
+        one task (components; the writer of a one-shard dataset) runs here, as on the local
+        engine: no scheduling round trip, and this process has MindSpore loaded already (a Ray
+        worker would start a fresh Python for the writer and load it there)."""
         ray = self.ray
+        if len(tasks) == 1 and (not fresh_process or "mindspore" in sys.modules):
+            yield fn(tasks[0])
+            return
         width = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers)))
         call = self._call.options(max_retries=3, retry_exceptions=False)
         todo = iter(tasks)

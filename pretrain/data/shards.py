@@ -6,19 +6,24 @@ rows go round-robin, so shards differ by at most one row. Each row has two int32
 Files are written inside the dataset's temp directory, which is renamed into place only when
 every shard is committed and the manifest written (pretrain.data.fsutil.publish_dir).
 
+SplitSink is one writer task's side of a split: the tokenize tasks' packed rows written as they come,
+their loose documents packed again (best fit) or chunked (concat), and the split's counts.
+
 mindspore is imported lazily: planning and config paths never pay for it.
 """
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from pretrain.data.hashing import file_sha256
-from pretrain.data.pack import Rows
+from pretrain.data.pack import ConcatPacker, Docs, Rows, pack_best_fit
 
 SCHEMA = {"input_ids": {"type": "int32", "shape": [-1]}, "seg_lens": {"type": "int32", "shape": [-1]}}
 COLUMNS = list(SCHEMA)
 _BUFFER_BYTES = 64 << 20     # rows buffered across all shards before writing: bounded whatever num_shards
+POOL_ROWS = 512              # a SplitSink's loose documents, in rows, before they are packed and written
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -121,6 +126,65 @@ class ShardWriter:
                         "bytes": p.stat().st_size, "sha256": file_sha256(p),
                         "index_bytes": index.stat().st_size, "index_sha256": file_sha256(index)})
         return out
+
+
+@dataclass
+class SplitStats:
+    rows: int = 0
+    tokens: int = 0          # real tokens (documents incl. EOD), padding excluded
+    truncated: int = 0       # documents split across rows
+    shards: List[Dict] = field(default_factory=list)
+
+    def summary(self, capacity: int) -> Dict:
+        slots = self.rows * capacity
+        return {"rows": self.rows, "tokens": self.tokens, "padding_tokens": slots - self.tokens,
+                "padding_fraction": round((slots - self.tokens) / slots, 6) if slots else 0.0,
+                "truncated_documents": self.truncated, "shards": self.shards}
+
+
+class SplitSink:
+    """Rows of one split: pack buffered documents, write rows, count."""
+
+    def __init__(self, out_dir: Path, split: str, num_shards: int, capacity: int, pad_id: int,
+                 method: str, expected_bytes: int, index: Optional[int] = None) -> None:
+        self.capacity, self.pad_id, self.method = capacity, pad_id, method
+        self.writer = ShardWriter(out_dir, split, num_shards, capacity, expected_bytes, index)
+        self.stats = SplitStats()
+        self.concat = ConcatPacker(capacity, pad_id) if method == "concat" else None
+        self._pool: List[Docs] = []
+        self._pooled = 0
+
+    def rows(self, rows: Rows) -> None:
+        if len(rows):
+            self.writer.write(rows)
+            self.stats.rows += len(rows)
+            self.stats.tokens += rows.num_tokens
+
+    def docs(self, docs: Docs) -> None:
+        if not len(docs.lens):
+            return
+        if self.concat:
+            self.rows(self.concat.add(docs))
+            return
+        self._pool.append(docs)
+        self._pooled += docs.num_tokens
+        if self._pooled >= POOL_ROWS * self.capacity:
+            self._pack_pool()
+
+    def _pack_pool(self) -> None:
+        rows, _, split = pack_best_fit(Docs.join(self._pool), self.capacity, self.pad_id)
+        self.stats.truncated += split
+        self.rows(rows)
+        self._pool, self._pooled = [], 0
+
+    def close(self) -> Dict:
+        if self.concat:
+            self.rows(self.concat.flush())
+            self.stats.truncated += self.concat.truncated
+        elif self._pool:
+            self._pack_pool()
+        self.stats.shards = self.writer.close()
+        return self.stats.summary(self.capacity)
 
 
 def read_shard(path: Path) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:

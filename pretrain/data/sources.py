@@ -110,6 +110,16 @@ def fingerprint(files: Sequence[Path]) -> list:
     return out
 
 
+def source_items(files: List[Path], builtin: Optional[str], text_field: str, max_chars: int,
+                 scratch: Optional[Path] = None) -> Iterator[Item]:
+    """A source's documents and drops: its builtin documents (pretrain.data.sample), then its files'."""
+    if builtin:
+        from pretrain.data import sample
+        yield from sample.documents(builtin)
+    if files:
+        yield from read_documents(files, text_field, max_chars, scratch)
+
+
 def read_documents(files: Sequence[Path], text_field: str, max_chars: int,
                    scratch: Optional[Path] = None) -> Iterator[Item]:
     """Documents and drops of `files`, in order. scratch: where a compressed parquet file is

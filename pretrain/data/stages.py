@@ -17,8 +17,9 @@ Dataset of a source (clean store + tokenizer in, MindRecord shards out):
   tokenize/<chunk>  sentencepiece over a fixed-size chunk of the store; every training document
                     goes to output shard hash(text) % num_shards; best-fit packing within each
                     shard's part of the chunk (loose rows handed on as documents)
-  shards/<split-i>  one writer per shard: the chunks' rows in chunk order, the handed-on
-                    documents packed again, a committed MindRecord file (in a fresh process on Ray)
+  shards/train-<i>  one writer per train shard: the chunks' rows in chunk order, the handed-on
+                    documents packed again, a committed MindRecord file (in a fresh process on Ray);
+                    the first also writes the val shard the same way
 
 Every task writes into a temp directory and publishes it atomically with a completion record
 (done.json) inside: a re-run after a crash, an interrupt or a lost node skips published tasks
@@ -27,7 +28,6 @@ count or retry gives the same bytes. The work directories live under <cache>/wor
 removed once the stage's result is published.
 """
 import fnmatch
-import hashlib
 import json
 import os
 import shutil
@@ -45,12 +45,22 @@ from pretrain.data.fsutil import building, sweep_stale, write_json_atomic
 DONE = "done.json"
 EXACT_PARTS = 8            # fixed, so the work layout (and a restart) never depends on the engine
 BAND_PARTS = 8
+LOOSE_ROOM = 0.02          # a tokenize task's best-fit row with more free room is repacked by its writer
 SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is read as several splits
+MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, so that there are
+READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
+                           # depends on the input files only, never on the engine or worker count)
 FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
                                   # kills the process once (it creates <marker> first)
 
 # stage -> (tasks run, tasks reused) of the latest stage run in this process (for tests and logs)
 counts: Dict[str, tuple] = {}
+# stage -> what its tasks cost, summed over the stage runs of this process since the caller last
+# cleared it (the benchmark): tasks run, their CPU seconds, the stage's wall seconds, and the bytes
+# they wrote into partition files that tasks of a later stage read from many tasks at once (the
+# shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard)
+profile: Dict[str, Dict[str, float]] = {}
+SHUFFLED = ("exact-*.npz", "band-*.npz", "drop.npy", "edges.npy", "train-*.npz", "val-*.npz")
 
 
 # ---------------------------------------------------------------- running and committing tasks
@@ -77,7 +87,10 @@ def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
     if (final / DONE).is_file():          # done already (a retried task whose first try finished)
         return json.loads((final / DONE).read_text())
     with building(final) as tmp:
+        cpu = time.process_time()
         record = work(tmp)
+        record["cpu_s"] = round(time.process_time() - cpu, 4)     # this task's own cost (profile)
+        record["shuffle_bytes"] = sum(f.stat().st_size for g in SHUFFLED for f in tmp.glob(g))
         _maybe_fail(stage, final.name)
         write_json_atomic(tmp / DONE, record)
     return record
@@ -91,6 +104,7 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
     stage_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale(stage_dir)
     todo = [t for t in tasks if not (Path(t.out) / DONE).is_file()]
+    t0 = time.perf_counter()
     bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=f"{stage} {stage_dir.parent.name[:24]}",
                unit="task", leave=False, disable=None if progress.on else True, mininterval=0.5)
     try:
@@ -102,7 +116,20 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
         sweep_stale(stage_dir)
         raise
     counts[stage] = (len(todo), len(tasks) - len(todo))
-    return [json.loads((Path(t.out) / DONE).read_text()) for t in tasks]
+    records = [json.loads((Path(t.out) / DONE).read_text()) for t in tasks]
+    ran = {t.out for t in todo}
+    cost = _cost(stage)
+    cost["wall_s"] += time.perf_counter() - t0
+    for t, r in zip(tasks, records):
+        if t.out in ran:
+            cost["tasks"] += 1
+            cost["cpu_s"] += r.get("cpu_s", 0.0)
+            cost["shuffle_bytes"] += r.get("shuffle_bytes", 0)
+    return records
+
+
+def _cost(stage: str) -> Dict[str, float]:
+    return profile.setdefault(stage, dict.fromkeys(("tasks", "cpu_s", "wall_s", "shuffle_bytes"), 0))
 
 
 def sweep_work(work_root: Path) -> None:
@@ -149,12 +176,7 @@ class ReadTask:
     dedup: dict
     val_fraction: float
     byte_range: Optional[tuple] = None     # (start, stop) of the one .jsonl file: lines starting there
-
-
-def lsh_shape(dedup: dict) -> tuple:
-    """(bands, rows per band) for the threshold: datasketch's choice for MinHashLSH."""
-    from datasketch.lsh import _optimal_param
-    return _optimal_param(dedup["threshold"], dedup["num_perm"], 0.5, 0.5)
+    lsh: Optional[dict] = None             # near dedup on: dedup.lsh_params (shape, permutations)
 
 
 def read_split(t: ReadTask) -> Dict:
@@ -163,21 +185,24 @@ def read_split(t: ReadTask) -> Dict:
 
 def _read_split(t: ReadTask, tmp: Path) -> Dict:
     from pretrain.data.clean import Cleaner
-    from pretrain.data.dedup import MinHasher
+    from pretrain.data.dedup import MinHasher, band_keys
     from pretrain.data.docstore import DocStoreWriter
     from pretrain.data.hashing import dedup_words, is_validation, words_digest
-    from pretrain.data.ingest import source_items
-    from pretrain.data.sources import Drop
+    from pretrain.data.sources import Drop, source_items
     clean, dedup = t.clean, t.dedup
     cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
     near = dedup["near"]
     hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
-                     lambda: MinHasher(dedup["num_perm"], dedup["shingle"])) if near else None
-    bands, width = lsh_shape(dedup) if near else (0, 0)
+                     lambda: MinHasher(dedup["num_perm"], dedup["shingle"], (t.lsh["a"], t.lsh["b"]))) \
+        if near else None
+    bands, width = (t.lsh["bands"], t.lsh["width"]) if near else (0, 0)
+    need_words, need_digest = bool(near or dedup["exact"]), t.val_fraction > 0
+    earlier = set()               # digests of this split: a repeat is an exact duplicate (dedup.exact)
+    signed: List[int] = []        # documents with a signature (an exact duplicate's is never used)
     writer = DocStoreWriter(tmp)
     digests = bytearray()
     chars: List[int] = []
-    band_keys: List[List[int]] = []
+    keys: List[List[int]] = []
     dropped: Counter = Counter()
     seen = split_docs = extra = 0
     if t.byte_range:
@@ -199,16 +224,20 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         if reason:
             dropped[reason] += 1
             continue
-        words = dedup_words(text)
-        digest = words_digest(words)
+        # The words digest is the exact-dedup identity and the held-out key of a document without
+        # one of its own: skipped when neither needs it (dedup off, no held-out split).
+        words = dedup_words(text) if need_words or (need_digest and not item.key) else None
+        digest = words_digest(words) if words is not None else bytes(16)
         writer.add(text, is_validation(item.key or digest, t.val_fraction))
         digests += digest
         chars.append(len(text))
-        if hasher:
-            sig = hasher.signature(words)
-            band_keys.append([int.from_bytes(hashlib.blake2b(sig[b * width:(b + 1) * width].tobytes(),
-                                                             digest_size=8).digest(), "little")
-                              for b in range(bands)])
+        # An exact duplicate of an earlier document of this split is dropped by the exact stage,
+        # before the near stage reads any band key: its signature is not computed.
+        if hasher and not (dedup["exact"] and digest in earlier):
+            signed.append(len(chars) - 1)
+            keys.append(band_keys(hasher.signature(words), bands, width))
+        if dedup["exact"]:
+            earlier.add(digest)
     writer.close()
     n = len(digests) // 16
     index = np.arange(n, dtype=np.int64)
@@ -221,12 +250,13 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
             if sel.any():
                 np.savez(tmp / f"exact-{p}.npz", index=index[sel], digest=d[sel])
     if near and n:
-        keys = np.asarray(band_keys, np.uint64).reshape(n, bands)
+        m, index = len(signed), np.asarray(signed, np.int64)
+        keys = np.asarray(keys, np.uint64).reshape(m, bands)
         for q in range(BAND_PARTS):
             cols = [b for b in range(bands) if b % BAND_PARTS == q]
             if cols:
                 np.savez(tmp / f"band-{q}.npz", index=np.repeat(index, len(cols)),
-                         band=np.tile(np.asarray(cols, np.int16), n), key=keys[:, cols].reshape(-1))
+                         band=np.tile(np.asarray(cols, np.int16), m), key=keys[:, cols].reshape(-1))
     return {"in": seen, "candidates": n, "dropped": dict(dropped),
             "split_for_length": {"documents": split_docs, "extra_pieces": extra}}
 
@@ -371,15 +401,17 @@ def _final_split(t: FinalTask, tmp: Path) -> Dict:
 
 def _splits(files: List[Path], builtin: Optional[str]) -> List[tuple]:
     """(files, builtin, byte range) of each read task: a builtin source, then one per input file,
-    an uncompressed .jsonl file of more than SPLIT_BYTES in byte ranges (so one big file does not
-    become one long task). Document order (and so which copy of a duplicate stays) is the input
-    order whatever the splits."""
+    an uncompressed .jsonl file in byte ranges of at most SPLIT_BYTES (so one big file does not
+    become one long task; in a small corpus smaller, down to MIN_SPLIT_BYTES, for about READ_TASKS
+    tasks). Document order (and so which copy of a duplicate stays) is the input order whatever
+    the splits."""
     from pretrain.data.sources import file_kind
     out = [([], builtin, None)] if builtin else []
-    for f in files:
-        size = f.stat().st_size if f.is_file() else 0
-        if file_kind(f) == (".jsonl", "") and size > SPLIT_BYTES:
-            out += [([str(f)], None, (a, min(a + SPLIT_BYTES, size))) for a in range(0, size, SPLIT_BYTES)]
+    sizes = [f.stat().st_size if f.is_file() else 0 for f in files]
+    split = min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, sum(sizes) // READ_TASKS))
+    for f, size in zip(files, sizes):
+        if file_kind(f) == (".jsonl", "") and size > split:
+            out += [([str(f)], None, (a, min(a + split, size))) for a in range(0, size, split)]
         else:
             out.append(([str(f)], None, None))
     return out
@@ -390,14 +422,15 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     from types import SimpleNamespace as NS
 
     from pretrain.data.clean import Cleaner
-    from pretrain.data.dedup import Deduper
+    from pretrain.data.dedup import check_settings, lsh_params
     t0 = time.time()
     clean, dedup = plain(cfg.clean), plain(cfg.dedup)
     Cleaner(NS(**clean))            # a bad setting fails here, once, not inside every task
-    Deduper(NS(**dedup))
+    check_settings(dedup)
     splits = _splits(src.files, src.builtin)
+    lsh = lsh_params(dedup) if dedup["near"] else None
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
-                      float(cfg.val_fraction), r) for i, (f, b, r) in enumerate(splits)]
+                      float(cfg.val_fraction), r, lsh) for i, (f, b, r) in enumerate(splits)]
     read_recs = run_stage(engine, "read", work / "read", read_split, reads)
     read_dirs = [t.out for t in reads]
     exact_dir, near_dir, comp_dir = work / "exact", work / "near", work / "components"
@@ -413,7 +446,9 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
                         str(comp_dir / "0"))
               for i in range(len(splits))]
     final_recs = run_stage(engine, "final", work / "final", final_split, finals)
+    t1 = time.perf_counter()
     _concat_stores([Path(t.out) for t in finals], out)
+    _cost("concat (driver)")["wall_s"] += time.perf_counter() - t1     # serial, in the driver
     dropped: Counter = Counter()
     for r in read_recs:
         dropped.update(r["dropped"])
@@ -501,17 +536,22 @@ def _tokenize_chunk(t: TokenizeTask, tmp: Path) -> Dict:
 
 
 @dataclass
-class ShardTask:
-    out: str
+class ShardPart:
     split: str
     index: int
     count: int
-    chunks: List[str]
     truncated: int           # documents the tokenize tasks split for this shard
+    expected_bytes: int
+
+
+@dataclass
+class ShardTask:
+    out: str
+    parts: List[ShardPart]   # the shards this task writes: one train shard (the first also the val shard)
+    chunks: List[str]
     capacity: int
     pad_id: int
     method: str
-    expected_bytes: int
 
 
 def write_shard(t: ShardTask) -> Dict:
@@ -519,27 +559,31 @@ def write_shard(t: ShardTask) -> Dict:
 
 
 def _write_shard(t: ShardTask, tmp: Path) -> Dict:
-    from pretrain.data.build import _Sink
     from pretrain.data.pack import Docs, Rows
-    sink = _Sink(tmp, t.split, t.count, t.capacity, t.pad_id, t.method, t.expected_bytes, index=t.index)
-    for chunk in t.chunks:
-        f = Path(chunk) / f"{t.split}-{t.index}.npz"
-        if not f.is_file():
-            continue
-        z = np.load(f)
-        if "ids" in z:
-            sink.rows(Rows(z["ids"], z["seg_lens"], z["seg_counts"]))
-        sink.docs(Docs(z["tokens"], z["lens"]))
-    sink.stats.truncated += t.truncated
-    summary = sink.close()
-    return {"rows": summary["rows"], "tokens": summary["tokens"], "truncated": summary["truncated_documents"],
-            "shard": summary["shards"][0]}
+    from pretrain.data.shards import SplitSink
+    written = []
+    for part in t.parts:
+        sink = SplitSink(tmp, part.split, part.count, t.capacity, t.pad_id, t.method, part.expected_bytes,
+                     index=part.index)
+        for chunk in t.chunks:
+            f = Path(chunk) / f"{part.split}-{part.index}.npz"
+            if not f.is_file():
+                continue
+            z = np.load(f)
+            if "ids" in z:
+                sink.rows(Rows(z["ids"], z["seg_lens"], z["seg_counts"]))
+            sink.docs(Docs(z["tokens"], z["lens"]))
+        sink.stats.truncated += part.truncated
+        summary = sink.close()
+        written.append({"split": part.split, "rows": summary["rows"], "tokens": summary["tokens"],
+                        "truncated": summary["truncated_documents"], "shard": summary["shards"][0]})
+    return {"parts": written}
 
 
 def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, work: Path, engine) -> Dict:
     """Train and val shards of the store in `out`; per-split statistics for the manifest."""
-    from pretrain.data.build import LOOSE_ROOM, SplitStats
     from pretrain.data.docstore import DocStore
+    from pretrain.data.shards import SplitStats
     store = DocStore(store_dir)
     capacity, n = int(cfg.seq_length) + 1, int(cfg.num_shards)
     method = str(cfg.packing)
@@ -550,25 +594,28 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
     recs = run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
     chunks = [t.out for t in toks]
     expected = int(store.ends[-1]) * 2 if len(store) else 0      # ~0.3 tokens/byte x 4 B + headroom
-    pad = tok["pad_id"]
-    shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"), "train", s, n, chunks,
-                        sum(r["split"].get(str(s), 0) for r in recs), capacity, pad, method, expected // n)
+    # One writer task per train shard; the (small) val shard rides with the first, so a one-shard
+    # dataset is one task: no second process loading MindSpore for it.
+    val = [ShardPart("val", 0, 1, 0, expected // 50)]
+    cut = [sum(r["split"].get(str(s), 0) for r in recs) for s in range(n)]     # documents split per shard
+    shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"),
+                        [ShardPart("train", s, n, cut[s], expected // n)] + (val if s == 0 else []),
+                        chunks, capacity, tok["pad_id"], method)
               for s in range(n)]
-    shards.append(ShardTask(str(work / "shards" / "val-00000"), "val", 0, 1, chunks, 0, capacity, pad,
-                            method, expected // 50))
     done = run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
     out_splits = {}
     for split in ("train", "val"):
         stats = SplitStats()
-        for t, r in zip(shards, done):
-            if t.split != split:
-                continue
-            for name in (r["shard"]["file"], r["shard"]["file"] + ".db"):
-                _link(Path(t.out) / name, out / name)
-            stats.rows += r["rows"]
-            stats.tokens += r["tokens"]
-            stats.truncated += r["truncated"]
-            stats.shards.append(r["shard"])
+        for t, rec in zip(shards, done):
+            for r in rec["parts"]:
+                if r["split"] != split:
+                    continue
+                for name in (r["shard"]["file"], r["shard"]["file"] + ".db"):
+                    _link(Path(t.out) / name, out / name)
+                stats.rows += r["rows"]
+                stats.tokens += r["tokens"]
+                stats.truncated += r["truncated"]
+                stats.shards.append(r["shard"])
         out_splits[split] = stats.summary(capacity)
     return out_splits
 

@@ -5,6 +5,9 @@ rank, world size, devices, master address/port, cluster timeout, and the directo
 relative paths are relative to) beside copies of launchers/msrun_node.sh and slurm.sbatch: a run
 directory on shared storage carries everything a node needs. submit_slurm.sh submits all nodes as
 one Slurm job instead (Slurm then picks the master: the first node of the allocation).
+submit_ray_data.sh submits the data step as a Slurm job of its own first (launchers/ray_slurm.sbatch:
+a Ray cluster across the allocation, `python -m pretrain.data` with this run's overrides on it), so
+the training job finds its data prepared in the shared cache.
 """
 import os
 import shlex
@@ -23,12 +26,12 @@ _LOOPBACK = ("127.", "localhost", "::1")
 
 
 def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
-    """RUN_DIR/launch/node_<r>.sh for every node, then submit_slurm.sh (the last path)."""
+    """RUN_DIR/launch/node_<r>.sh for every node, then submit_slurm.sh and submit_ray_data.sh."""
     hw = cfg.hardware
     run_dir = run_dir.resolve()
     out = run_dir / "launch"
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("msrun_node.sh", "slurm.sbatch"):
+    for name in ("msrun_node.sh", "slurm.sbatch", "ray_slurm.sbatch"):
         shutil.copy(Path(launchers_dir()) / name, out / name)
     workdir = shlex.quote(os.getcwd())
     world, per_node = num_devices(hw), int(hw.devices_per_node)
@@ -53,14 +56,34 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
     slurm.write_text(
         "#!/usr/bin/env bash\n"
         f"# Submit all {hw.num_nodes} nodes ({per_node} devices each) as one Slurm job; the allocation's\n"
-        f"# first node becomes the master.\n"
+        f"# first node becomes the master. Arguments go to sbatch (e.g. --dependency=afterok:JOBID).\n"
         f"cd {workdir}\n"
-        f"exec sbatch --nodes={hw.num_nodes} --chdir={workdir} "
+        f'exec sbatch --nodes={hw.num_nodes} --chdir={workdir} "$@" '
         f"--export=ALL,LOCAL_WORKER_NUM={per_node},MASTER_PORT={hw.master_port},"
         f"PHASES={shlex.quote(' '.join(phase_launches(cfg)))} "
         f'"$(dirname "$(readlink -f "$0")")/slurm.sbatch" {shlex.quote(str(run_dir))}\n')
     slurm.chmod(0o755)
-    return scripts + [slurm]
+    data = out / "submit_ray_data.sh"
+    data.write_text(
+        "#!/usr/bin/env bash\n"
+        f"# Prepare this run's data on a Ray cluster across {hw.num_nodes} nodes of a Slurm allocation (one\n"
+        f"# job; data.cache_dir must be shared by all nodes), before submit_slurm.sh: e.g.\n"
+        f"#   jid=$(bash submit_ray_data.sh --parsable) && bash submit_slurm.sh --dependency=afterok:$jid\n"
+        f"cd {workdir}\n"
+        f'exec sbatch --nodes={hw.num_nodes} --chdir={workdir} "$@" '
+        f'"$(dirname "$(readlink -f "$0")")/ray_slurm.sbatch" {shlex.join(data_overrides())}\n')
+    data.chmod(0o755)
+    return scripts + [slurm, data]
+
+
+def data_overrides() -> List[str]:
+    """The command-line overrides this run was composed with (so `python -m pretrain.data` composes
+    the same data config), less the data engine's own, which ray_slurm.sbatch sets."""
+    from hydra.core.hydra_config import HydraConfig
+    if not HydraConfig.initialized():
+        return []
+    return [o for o in HydraConfig.get().overrides.task
+            if not o.lstrip("+~").startswith(("data.engine=", "data.ray."))]
 
 
 def phase_launches(cfg: DictConfig) -> List[str]:
@@ -87,6 +110,8 @@ def describe_nodes(cfg: DictConfig, run_dir: Path, *, written: bool) -> str:
         lines.append(f"start each node_<r>.sh on node r (node 0 first: it hosts msrun's scheduler; all within "
                      f"{CLUSTER_TIME_OUT_S} s), run_dir on shared storage at the same path; or submit all "
                      f"nodes as one Slurm job: bash {run_dir / 'launch' / 'submit_slurm.sh'}")
+        lines.append(f"data first on a Ray cluster across an allocation (optional; else rank 0 prepares it): "
+                     f"bash {run_dir / 'launch' / 'submit_ray_data.sh'}")
     if str(hw.master_addr).startswith(_LOOPBACK):
         lines.append(f"note: hardware.master_addr={hw.master_addr} is this host's loopback, which the other nodes "
                      f"cannot reach: set hardware.master_addr=<node 0's address> (or export MASTER_ADDR on every "
