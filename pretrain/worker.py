@@ -14,8 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pretrain.app import USER_ERRORS
-from pretrain.config.errors import PretrainRunError
+from pretrain.config.errors import USER_ERRORS, PretrainRunError
 from pretrain.io import write_atomic
 
 

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from pretrain.config.errors import PretrainRunError
 from pretrain.launch import msrun
 from pretrain.launch.supervise import RestartBudget, shrunk_dp, with_dp
-from pretrain.resilience import config as resilience
+from pretrain.config import resilience
 from pretrain.resilience.resume import resume_changes
 
 

@@ -18,7 +18,8 @@ from pretrain.resilience.skips import add_window, data_index
 from pretrain.resilience.spike import SpikeGuard
 from pretrain.train.metrics import MetricsWriter
 from pretrain.train.schedule import PhaseLR
-from pretrain.train.trainer import PhasePlan, Throughput, Trainer, final_tag
+from pretrain.resilience.identity import final_tag
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer
 
 
 @pytest.fixture(autouse=True)

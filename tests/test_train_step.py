@@ -8,7 +8,7 @@ import pytest
 from pretrain.config.errors import PretrainRunError
 from pretrain.model import builder
 from pretrain.train.metrics import MetricsWriter
-from pretrain.train.runner import architecture
+from pretrain.resilience.identity import architecture
 from pretrain.train.schedule import phase_lr
 
 SHRINK = [  # one layer: every behaviour here is per step, not per layer, and each graph compiles faster

@@ -209,7 +209,7 @@ def main(argv=None) -> int:
         return 2
     cfg = OmegaConf.load(Path(args[0]) / "config.yaml")
     cfg.run_dir = str(Path(args[0]).resolve())
-    from pretrain.app import USER_ERRORS
+    from pretrain.config.errors import USER_ERRORS
 
     try:
         run(cfg, args[1] if len(args) > 1 else None)

@@ -2,14 +2,13 @@
 
 The recipe: prepare data -> check it fits the model -> build the MindFormers model -> resume from
 the run directory's newest good checkpoint (or, for a later phase run alone, branch from the
-previous phase's final checkpoint of the base run: pretrain/train/branch.py) -> chain the phases'
+previous phase's final checkpoint of the base run: pretrain/config/branch.py) -> chain the phases'
 LR schedules -> export mindformers.yaml -> train each phase under the resilience guards (signals,
 watchdog, spike / non-finite guards) -> plot, summarise.
 Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
 rank loads the same checkpoint.
 """
 
-import hashlib
 import json
 import shlex
 import sys
@@ -21,46 +20,23 @@ from typing import Any, Dict, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config import validate
-from pretrain.config.validate import check_prepared, phase_steps, phases
+from pretrain.config.validate import phase_steps, phases
+from pretrain.data.checks import check_prepared
 from pretrain.io import write_atomic
 from pretrain.model import builder, mindformers_config
 from pretrain.plan.planner import flops_per_token, model_shape
-from pretrain.resilience import config as resilience
+from pretrain.resilience import guards as resilience
 from pretrain.resilience.checkpoint import CheckpointManager, read_state
 from pretrain.resilience.events import EventLog
+from pretrain.resilience.identity import architecture, architecture_hash, final_tag
 from pretrain.resilience.resume import Start, find_start, resume_changes
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import ranks
-from pretrain.train.branch import base_command, branches_from
+from pretrain.config.branch import base_command, branches_from
 from pretrain.train.metrics import METRICS_FILE, MetricsWriter
 from pretrain.train.plot import plot_curves
 from pretrain.train.schedule import curriculum
-from pretrain.train.trainer import PhasePlan, Throughput, Trainer, final_tag
-
-# cfg.model keys that are not the architecture (recipe numbers, initialisation, length limits)
-_NOT_ARCH = {
-    "name",
-    "global_batch_size",
-    "total_tokens",
-    "lr_peak",
-    "init_method",
-    "init_std",
-    "seq_length",
-    "max_position_embeddings",
-}
-
-
-def architecture(cfg: DictConfig) -> Dict[str, Any]:
-    """What a checkpoint must share with the model to be loaded into it."""
-    model = OmegaConf.to_container(cfg.model, resolve=True)
-    return {k: v for k, v in sorted(model.items()) if k not in _NOT_ARCH}
-
-
-def architecture_hash(arch: Dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:16]
-
-
-
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer
 
 def pad_token_id(tokenizer_path: str) -> int:
     """The tokenizer's padding id, -1 when it has none (then no token is masked out as padding;

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience import faults
 from pretrain.resilience.checkpoint import read_state
+from pretrain.resilience.identity import check_same_arch, final_tag
 from pretrain.resilience.skips import add_window, data_index
 from pretrain.train import ranks
 from pretrain.train.metrics import MetricsWriter, host_memory_gb, mean_of
@@ -448,19 +449,3 @@ class Trainer:
         self._saved_at = self.state.global_step
         self._last_save = time.monotonic()
         return state
-
-
-def final_tag(phase: str) -> str:
-    """The never-pruned checkpoint a phase ends with; the next phase starts from it."""
-    return f"phase-{phase}-final"
-
-
-def check_same_arch(saved: Dict[str, Any], current: Dict[str, Any], where: Any) -> None:
-    for key in sorted(set(saved) | set(current)):
-        if saved.get(key) != current.get(key):
-            raise PretrainRunError(
-                f"checkpoint {where} is of another architecture: model.{key}={saved.get(key)} "
-                f"there, model.{key}={current.get(key)} in this run; use a run_dir trained "
-                f"with this model or start a new run_dir"
-            )
-
