@@ -106,7 +106,7 @@ def start(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
     prepared = prepare(cfg.data)
     print(summary_table(prepared), flush=True)   # once, before any rank starts: ranks only read the cache
-    from pretrain.train.runner import pad_token_id
+    from pretrain.train.build import pad_token_id
     launch.write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
     if not launch.in_process(cfg):
         return launch.run_local(cfg, run_dir)
@@ -122,7 +122,7 @@ def accept(cfg: DictConfig, run_dir: Path) -> None:
         return
     from pretrain.resilience.checkpoint import CheckpointManager
     from pretrain.resilience.events import EventLog
-    from pretrain.train.runner import start_point
+    from pretrain.resilience.resume import start_point
     with EventLog(run_dir / "events.jsonl") as events:
         checkpoints = CheckpointManager(run_dir / "checkpoints", events=events,
                                         keep_latest=int(cfg.train.keep_checkpoint_max),

@@ -43,7 +43,7 @@ def test_the_rank_left_out_is_the_one_that_kept_failing():
 
 def cfg(dp=4, tp=1, gbs=8, micro=1, min_devices=1):
     return OmegaConf.create({
-        "parallel": {"dp": dp, "tp": tp, "pp": 1, "cp": 1, "micro_batch_size": micro},
+        "parallel": {"dp": dp, "tp": tp, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "zero_stage": 0, "micro_batch_size": micro},
         "train": {"global_batch_size": gbs, "grad_accum": gbs // (micro * dp)},
         "hardware": {"devices_per_node": dp * tp, "num_nodes": 1, "min_devices": min_devices}})
 

@@ -58,7 +58,7 @@ def test_a_rank_reads_the_frozen_config_without_hydra(compose_many, tmp_path):
         "from pretrain.config import validate\n"
         f"cfg = worker.load_frozen(Path({str(tmp_path)!r}))\n"
         "validate.check(cfg); validate.check_trainable(cfg)\n"
-        "import pretrain.engine, pretrain.engine.mindformers, pretrain.train.runner\n"
+        "import pretrain.engine, pretrain.engine.mindformers, pretrain.train.loop\n"
         "print(json.dumps({'engine': validate.engine(cfg), 'loaded': sorted({m.split('.')[0] for m in "
         "sys.modules if m.split('.')[0] in ('hydra', 'mindspore', 'mindformers')})}))\n"
     )
@@ -68,3 +68,11 @@ def test_a_rank_reads_the_frozen_config_without_hydra(compose_many, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"engine": "pretrain", "loaded": []}
+
+
+def test_the_builtin_sources_the_rules_accept_are_the_ones_the_generator_has():
+    from pretrain.config.choices import BUILTIN_SOURCES
+    from pretrain.data import sample
+    assert BUILTIN_SOURCES == sample.BUILTINS
+    for name in BUILTIN_SOURCES:
+        assert callable(sample.documents.__globals__[f"_{name}"])

@@ -8,7 +8,7 @@ from pretrain.config.errors import PretrainDataError
 from pretrain.data.prepare import Prepared
 from pretrain.data.checks import check_prepared as check_data
 from pretrain.resilience.identity import architecture, architecture_hash
-from pretrain.train.runner import pad_token_id
+from pretrain.train.build import pad_token_id
 
 
 @pytest.fixture(scope="module")

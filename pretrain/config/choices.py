@@ -4,4 +4,7 @@ read them without importing the data pipeline that implements each (pretrain/dat
 NORMALIZE_FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")   # data.clean.normalize (data/clean.py)
 DATA_ENGINES = ("local", "ray")                             # data.engine (data/engine.py)
 PACKING_METHODS = ("best_fit", "concat")                    # data.packing (data/pack.py)
-BUILTIN_SOURCES = ("general", "reasoning", "anneal")        # data.sources.*.builtin (data/sample.py)
+# data.sources.*.builtin. data/sample.py keeps its own BUILTINS: the sha256 of its source fingerprints
+# the generated corpus, so editing it rebuilds every cached sample dataset; tests/test_layers.py
+# checks the two lists agree.
+BUILTIN_SOURCES = ("general", "reasoning", "anneal")

@@ -27,6 +27,7 @@ from typing import Callable, Iterator, List, Tuple
 from pretrain.data.hashing import file_sha256, stable_int
 from pretrain.data.sources import Doc
 
+BUILTINS = ("general", "reasoning", "anneal")
 # Characters per source: enough for the tiny model's ~600k-token curriculum without repeats,
 # small enough to prepare in well under a minute on two cores.
 BUDGET = {"general": 2_500_000, "reasoning": 2_000_000, "anneal": 1_200_000}

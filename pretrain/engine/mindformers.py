@@ -7,7 +7,7 @@ our LR class, shard loader and loss log -> Trainer(config).train(). Phases run i
 process of its own (MindFormers builds one Trainer per process); a phase whose own checkpoints exist
 resumes from the newest (with data skip), a finished phase is skipped.
 Launchers reach it through pretrain.worker (msrun, node scripts, Slurm) or in-process (one device),
-which dispatch on pretrain.config.validate.engine(cfg).
+which dispatch on pretrain.config.validate.engine(cfg) (the layout decides: config/layout.py).
 """
 
 import json

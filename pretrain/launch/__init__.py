@@ -34,7 +34,7 @@ def describe(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
         return {}
     from pretrain.launch import msrun
     from pretrain.config.validate import engine
-    where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.runner"
+    where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.loop"
     here = in_process(cfg)
     for phase in ([None] if here else engine_launches(cfg)):
         print("would run:", f"in this process ({where})" if here

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import PretrainRunError
-from pretrain.config.layout import ParallelLayout
+from pretrain.config.layout import ParallelLayout, num_devices
 from pretrain.io import write_atomic
 from pretrain.launch import supervise
 from pretrain.launch.supervise import Failure
@@ -177,7 +177,7 @@ def _refreeze(cfg: DictConfig, run_dir: Path) -> None:
 def _free_port(cfg: DictConfig, run_dir: Path) -> DictConfig:
     """A single-host job whose master_port is busy takes a free one (in the frozen config too);
     several nodes keep the explicit one, which every node must agree on."""
-    if int(cfg.hardware.num_nodes) > 1 or ParallelLayout.from_config(cfg).devices == 1:
+    if int(cfg.hardware.num_nodes) > 1 or num_devices(cfg.hardware) == 1:
         return cfg
     try:
         check_port_free(cfg.hardware)

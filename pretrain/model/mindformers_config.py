@@ -271,6 +271,11 @@ def lr_schedule_block(phase: Any, steps: int, peak: float) -> Dict[str, Any]:
     if kind != "constant":
         block["lr_end"] = end_lr(phase.lr, peak)
     if kind == "wsd":
+        # MindFormers counts the decay from the phase's start: it begins at round(steps x (1 - fraction)).
+        # Ours (schedule.lr_at, and PretrainPhaseLR, which MindFormers' trainer runs from the per-phase
+        # yamls) decays over the last round(fraction x (steps - warmup)) steps: with warmup the two
+        # starts differ by about fraction x warmup steps. This block only spells the schedule for
+        # MindFormers' own trainer; nothing here trains with it.
         block["decay_start_steps"] = int(round(steps * (1.0 - float(phase.lr.wsd_decay_fraction))))
     return block
 

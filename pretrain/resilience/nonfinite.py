@@ -1,8 +1,9 @@
 """Counting steps whose loss or gradients were not finite.
 
-The skip itself happens inside the compiled train step (all_finite + a conditional optimizer
-update, and the loss scaler backs off), so a NaN never reaches the weights. This guard only
-keeps count across steps, and stops the run with a clear error when the skips do not end."""
+The skip itself happens inside the compiled train step (pretrain/train/step.py: ops.isfinite of the
+global gradient norm, which any NaN or Inf makes non-finite, gates the optimizer update, and the
+loss scaler backs off), so a NaN never reaches the weights. This guard only keeps count across
+steps, and stops the run with a clear error when the skips do not end."""
 from typing import Any, Dict
 
 from pretrain.config.errors import PretrainRunError

@@ -124,6 +124,28 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
     return [(k, old.get(k), new.get(k)) for k in changed]
 
 
+def start_point(
+    cfg: Any, checkpoints: CheckpointManager
+) -> Tuple[Optional[Start], List[Tuple[str, Any, Any]]]:
+    """Where this run continues from, and the config changes it makes to its own checkpoint's run
+    (each allowed by resume.RESUMABLE; any other raises). Run by the launcher before it replaces
+    run_dir/config.yaml, and again by every rank, which may read a config.yaml edited since."""
+    from omegaconf import OmegaConf
+
+    from pretrain.config.branch import base_command, branches_from
+    from pretrain.config.validate import phases
+
+    names = [str(p.name) for p in phases(cfg)]
+    # a later phase alone with no checkpoint of its own branches from train.init_from
+    start = find_start(names, branches_from(names), checkpoints, init_from=cfg.train.init_from,
+                       train_first=base_command(cfg))
+    if start is None or start.handoff:   # a hand-off starts another phase: its config differs by design
+        return start, []
+    saved = read_state(start.info).get("config")
+    now = OmegaConf.to_container(cfg, resolve=True)
+    return start, resume_changes(saved, now, f"checkpoint {start.info.path}")
+
+
 def check_branch(cfg: Any) -> None:
     """Before data preparation and msrun: a branch with no checkpoint of its own must find the one
     it starts from, of this model (one line, exit 2, naming the run to train first)."""

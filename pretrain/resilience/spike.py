@@ -5,12 +5,13 @@ A spike is `consecutive` steps in a row whose loss is above a threshold computed
 mean + sigma × std. Suspect losses never enter the window, so a spike cannot raise its own bar,
 and a short run of outliers that ends before `consecutive` is dropped as noise.
 
-How the training loop uses it on a spike (observe() returned True):
+How the training loop uses it on a spike (observe() returned True; pretrain/resilience/keeper.py):
     guard.record_rollback(step)                      # raises past max_rollbacks within the window
     start, end = guard.last_spike                    # first suspect step .. confirming step
-    info = ckpt.latest(before_step=start)            # weights from before the loss rose
+    info = ckpt.latest(before_step=start - 1)        # from before the update of step start-1, the
+                                                     # one that may have broken the model
     ckpt.discard_from(info.step + 1, "rollback")     # a crash must not resume into the spike
-    ... load info, skip the data of steps start..end, then guard.rewind(info.step)
+    ... load info, skip the data of steps start-1..end, then guard.rewind(info.step)
 The guard's own state is NOT reloaded from the checkpoint on a rollback: its rollback history must
 survive the rollback, and its window already holds only the pre-spike losses.
 """

@@ -9,7 +9,8 @@ Within one phase of n steps (0-based step i is the LR of the i-th update):
              peak, so phase.lr.peak=3e-5 from the CLI moves the end with it
     decay  = the remaining steps, from peak to end, reaching `end` exactly on step n-1:
              cosine | linear | constant (stays at peak) | wsd (stable, then linear over the last
-             wsd_decay_fraction of the phase)
+             round(wsd_decay_fraction x the decay span) steps, at least 1: the steps after warmup,
+             not the whole phase)
 So a phase that continues (peak None, no warmup) starts one decay step below where the previous
 one ended: the schedule is continuous across phase boundaries. The default curriculum
 (conf/phase/*.yaml): general peak P -> 0.3 P; reasoning continues, x 1/3 -> P/10; anneal
