@@ -21,7 +21,8 @@ os.environ.setdefault("LOCAL_DEFAULT_PATH", tempfile.mkdtemp(prefix="pretrain-te
 # The shrunken models every training test uses. SMALL_MODEL (pretrain.bench, which the benchmarks share):
 # the tiny architecture at ~0.6M parameters and seq 64, over the sample corpus and its 4096-piece
 # tokenizer. SHRINK: the same at vocab 512 and seq 32, for tests that feed their own token arrays.
-SHRINK = [*(o for o in SMALL_MODEL if not o.startswith(("model.seq_length=", "model.max_position_embeddings="))),
+_LENGTHS = ("model.seq_length=", "model.max_position_embeddings=")
+SHRINK = [*(o for o in SMALL_MODEL if not o.startswith(_LENGTHS)),
           "model.vocab_size=512", "model.seq_length=32", "model.max_position_embeddings=32"]
 
 

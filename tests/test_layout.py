@@ -43,8 +43,9 @@ def test_every_consumer_agrees_with_the_layout(option, compose_many, monkeypatch
     assert validate.engine(cfg) == lay.engine
     planned = plan(cfg)
     assert planned.engine == lay.engine
-    assert (planned.layout.devices, planned.layout.dp, planned.layout.tp, planned.layout.pp, planned.layout.cp,
-            planned.layout.ep, planned.layout.vpp) == (lay.world_size, lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp)
+    pl = planned.layout
+    assert (pl.devices, pl.dp, pl.tp, pl.pp, pl.cp, pl.ep, pl.vpp) == (
+        lay.world_size, lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp)
 
     # the launcher: msrun's worker count, the node scripts, the elastic shrink's replica size
     assert f"--worker_num={lay.devices}" in msrun.command(cfg, tmp_path)
@@ -58,7 +59,8 @@ def test_every_consumer_agrees_with_the_layout(option, compose_many, monkeypatch
     pc = blocks["parallel_config"]
     assert (pc["data_parallel"], pc["model_parallel"], pc["pipeline_stage"], pc["context_parallel"],
             pc["expert_parallel"]) == (lay.dp, lay.tp, lay.pp, lay.cp, lay.ep)
-    assert blocks["parallel"]["parallel_mode"] == (1 if lay.semi_auto else 0) and mfc.is_semi_auto(cfg) == lay.semi_auto
+    assert blocks["parallel"]["parallel_mode"] == (1 if lay.semi_auto else 0)
+    assert mfc.is_semi_auto(cfg) == lay.semi_auto
     assert blocks["parallel"]["enable_parallel_optimizer"] is lay.sharded_optimizer
     assert blocks["use_parallel"] is (lay.world_size > 1)
 

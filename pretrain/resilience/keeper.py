@@ -1,7 +1,7 @@
 """The run's resilience, as one component the training loop calls in one line each
 (pretrain/train/loop.py):
 
-    keeper.resume(trainer, start, changes)      # load the start checkpoint, say where the run continues
+    keeper.resume(trainer, start, changes, phases)  # load the start checkpoint, say where the run continues
     keeper.after_step(trainer, plan, record)    # watchdog beat, non-finite count, spike -> rollback
     keeper.stop_requested(trainer)              # SIGTERM/SIGINT: checkpoint this step, stop
 
@@ -36,9 +36,14 @@ class Keeper:
 
     # ------------------------------------------------------------------ the loop's three calls
     def resume(self, trainer: Any, start: Any, changes: Sequence[Tuple[str, Any, Any]] = (),
-               announce: bool = True) -> None:
-        """Load the start checkpoint on this rank; log (and, when there is something left to train,
-        print) where the run continues from."""
+               phases: Sequence[str] = ()) -> None:
+        """Load the start checkpoint (resilience.resume.start_point) on this rank; log (and, when
+        any of `phases` is left to train, print) where the run continues from. No start: a fresh
+        run, whose metrics log starts over."""
+        if start is None:  # every step runs again: one record per step (a crash before the first save)
+            trainer.metrics.rewind(0)
+            return
+        announce = not set(phases) <= set(read_state(start.info).get("phases_done", []))
         checkpoints, events = self.checkpoints, self.events
         loading = time.perf_counter()
         branched = start.handoff and Path(start.info.path).parent.resolve() != checkpoints.directory.resolve()
@@ -59,8 +64,8 @@ class Keeper:
                        path=str(start.info.path), handoff=start.handoff, load_s=round(load_s, 3),
                        config_changed=[key for key, _, _ in changes])
             if announce:
-                print(f"{how} from {start.info.path} (global step {state.global_step}, loaded in {load_s:.1f} s)",
-                      flush=True)
+                print(f"{how} from {start.info.path} (global step {state.global_step}, loaded in "
+                      f"{load_s:.1f} s)", flush=True)
             if changes:
                 print("config changed since the checkpoint (allowed on resume, logged in events.jsonl): "
                       + ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changes), flush=True)
@@ -179,7 +184,8 @@ class Keeper:
         self.spike.rewind(info.step)
         trainer.metrics.rewind(info.step)
         trainer.metrics.end_phase()
-        trainer.metrics.start_phase(plan.name, plan.steps, done=trainer.state.phase_step, overall=trainer.overall)
+        trainer.metrics.start_phase(plan.name, plan.steps, done=trainer.state.phase_step,
+                                    overall=trainer.overall)
         self.event("rollback", step=spiked_at, to_step=info.step, path=str(info.path),
                    spike=[first, confirmed])
         self.event("skip", step=info.step, what="data", phase=plan.name, data=[lo, hi],

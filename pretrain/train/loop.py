@@ -8,7 +8,6 @@ previous phase's final checkpoint of the base run (pretrain/config/branch.py).
 Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
 rank loads the same checkpoint.
 """
-import json
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -19,19 +18,16 @@ from pretrain.config import validate
 from pretrain.config.layout import ParallelLayout
 from pretrain.config.validate import phase_steps, phases
 from pretrain.data.checks import check_prepared
-from pretrain.io import write_atomic
 from pretrain.model import builder
 from pretrain.resilience import guards
-from pretrain.resilience.checkpoint import read_state
 from pretrain.resilience.events import EventLog
 from pretrain.resilience.identity import final_tag
 from pretrain.resilience.resume import start_point
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import build, ranks
-from pretrain.train.metrics import METRICS_FILE, MetricsWriter
-from pretrain.train.plot import plot_curves
+from pretrain.train.metrics import MetricsWriter
 from pretrain.train.schedule import curriculum
-from pretrain.train.summary import boundary_line, format_summary, phase_result, resume_hint
+from pretrain.train.summary import boundary_line, finish, phase_result
 from pretrain.train.trainer import PhasePlan, Trainer
 
 
@@ -59,12 +55,8 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     metrics = MetricsWriter(run_dir, enabled=logging_rank)
     trainer = build.build_trainer(cfg, pad, metrics, checkpoints, events)
 
-    # resume
-    if start is not None:
-        finished = {str(p.name) for p in plist} <= set(read_state(start.info).get("phases_done", []))
-        trainer.keeper.resume(trainer, start, changes, announce=not finished)
-    else:  # a fresh start runs every step again: one record per step (a crash before the first save)
-        metrics.rewind(0)
+    # resume (or start fresh), then each phase's schedule from where the run stands
+    trainer.keeper.resume(trainer, start, changes, phases=[str(p.name) for p in plist])
     schedules = curriculum(plist, steps, start=trainer.state.lr_start)
     plans = build.phase_plans(cfg, prepared, plist, schedules)
     fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)
@@ -84,29 +76,8 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         metrics.close()
         checkpoints.close()
 
-    # summarise
-    summary = {
-        "run_dir": str(run_dir),
-        "phases": results,
-        "global_step": trainer.state.global_step,
-        "params": sum(int(p.size) for p in trainer.step.net.trainable_params()),
-        "wall_s": time.perf_counter() - started,
-    }
-    if trainer.stopped:
-        summary["stopped"] = trainer.stopped
-    if logging_rank:
-        if not trainer.stopped:
-            events.log("finish", step=trainer.state.global_step, wall_s=round(summary["wall_s"], 2))
-        events.close()
-        if not results and not trainer.stopped:   # the finished run's summary.json stays as it was
-            print(f"nothing to train: every phase of this run is already done ({checkpoints.directory}); "
-                  f"use another run_dir to train again", flush=True)
-        else:
-            plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
-            write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
-            print(format_summary(summary), flush=True)
-        if trainer.stopped:
-            print(resume_hint(trainer.stopped, trainer.state.global_step, checkpoints.directory), flush=True)
+    # summarise: summary.json, the loss curve and the table (rank 0); what this rank trained (every rank)
+    summary = finish(run_dir, trainer, results, time.perf_counter() - started, checkpoints.directory, events)
     summary["rank_evidence"] = build.rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
     return summary
 
@@ -152,11 +123,13 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
             losses = {k: v for k, v in losses.items() if k <= s.global_step}
             val = {k: v for k, v in val.items() if k <= s.global_step}
             continue
-        if plan.val_loader is not None and (last or (trainer.eval_every and s.phase_step % trainer.eval_every == 0)):
+        evaluate = last or (trainer.eval_every and s.phase_step % trainer.eval_every == 0)
+        if plan.val_loader is not None and evaluate:
             keeper.slow_ahead(s.global_step)  # the first evaluation compiles its graph
             val[s.global_step] = trainer.evaluate(plan)
             keeper.beat(s.global_step)
-            metrics.log({"kind": "val", "step": s.global_step, "phase": plan.name, "val_loss": val[s.global_step]})
+            metrics.log({"kind": "val", "step": s.global_step, "phase": plan.name,
+                         "val_loss": val[s.global_step]})
         if not last and trainer.save_due():
             trainer.save()
         if not last and keeper.stop_requested(trainer):

@@ -1,11 +1,45 @@
 """What the loop prints and writes about a phase and a run: each phase's result record, the line at
-a phase boundary, the run's summary table, and the hint a stopped run ends with."""
+a phase boundary, the run's summary (summary.json, loss curve, table), and the hint a stopped run
+ends with."""
+import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-from pretrain.train.metrics import mean_of
+from pretrain.io import write_atomic
+from pretrain.train.metrics import METRICS_FILE, mean_of
+from pretrain.train.plot import plot_curves
+
+
+def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: float, checkpoints: Path,
+           events: Optional[Any]) -> Dict[str, Any]:
+    """The run's summary; on the logging rank (`events` set) also its `finish` event, summary.json,
+    loss curve and table, or the line that says there was nothing left to train."""
+    summary = {
+        "run_dir": str(run_dir),
+        "phases": results,
+        "global_step": trainer.state.global_step,
+        "params": sum(int(p.size) for p in trainer.step.net.trainable_params()),
+        "wall_s": wall_s,
+    }
+    if trainer.stopped:
+        summary["stopped"] = trainer.stopped
+    if events is None:
+        return summary
+    if not trainer.stopped:
+        events.log("finish", step=trainer.state.global_step, wall_s=round(summary["wall_s"], 2))
+    events.close()
+    if not results and not trainer.stopped:   # the finished run's summary.json stays as it was
+        print(f"nothing to train: every phase of this run is already done ({checkpoints}); "
+              f"use another run_dir to train again", flush=True)
+    else:
+        plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
+        write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+        print(format_summary(summary), flush=True)
+    if trainer.stopped:
+        print(resume_hint(trainer.stopped, trainer.state.global_step, checkpoints), flush=True)
+    return summary
 
 
 def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall: float,

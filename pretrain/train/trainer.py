@@ -115,7 +115,8 @@ class Trainer:
 
     # the keeper's signal handling, as the runner and tests set and read it on the trainer
     stop = property(lambda self: self.keeper.stop, lambda self, v: setattr(self.keeper, "stop", v))
-    watchdog = property(lambda self: self.keeper.watchdog, lambda self, v: setattr(self.keeper, "watchdog", v))
+    watchdog = property(lambda self: self.keeper.watchdog,
+                        lambda self, v: setattr(self.keeper, "watchdog", v))
     stopped = property(lambda self: self.keeper.stopped)
 
     # ------------------------------------------------------------------ one step
