@@ -76,3 +76,11 @@ def test_the_builtin_sources_the_rules_accept_are_the_ones_the_generator_has():
     assert BUILTIN_SOURCES == sample.BUILTINS
     for name in BUILTIN_SOURCES:
         assert callable(sample.documents.__globals__[f"_{name}"])
+
+
+def test_the_launcher_only_launches():
+    """Data preparation and in-process training are the app's (pretrain/app.py start), not launch/'s."""
+    edges = imports.graph()["launch"]
+    targets = {line.split(" -> ")[1] for where in edges.values() for line in where}
+    assert "data" not in edges
+    assert not targets & {"pretrain.engine", "pretrain.train.loop", "pretrain.train.build", "pretrain.model.builder"}

@@ -43,6 +43,16 @@ def model_split(p: Any) -> List[str]:
     return [f"{k}({p[k]})" for k in ("tp", "pp", "cp", "ep") if p[k] > 1]
 
 
+def mindformers_output_dir(run_dir: Any, phase: str) -> Path:
+    """Where MindFormers' trainer writes one phase of the run (its output_dir)."""
+    return Path(run_dir).resolve() / "mindformers" / phase
+
+
+def mindformers_checkpoint_dir(run_dir: Any, phase: str) -> Path:
+    """Its CheckpointMonitor's directory: a rank_<r>/ shard directory per rank under it."""
+    return mindformers_output_dir(run_dir, phase) / "checkpoint"
+
+
 @dataclass(frozen=True)
 class ParallelLayout:
     dp: int
@@ -123,5 +133,5 @@ class ParallelLayout:
         writes run_dir/checkpoints/ (data-parallel replicas are identical). MindFormers' trainer:
         every rank writes its own shard, run_dir/mindformers/<phase>/checkpoint/rank_<r>/."""
         if self.engine == "mindformers":
-            return Path(run_dir).resolve() / "mindformers" / str(phase) / "checkpoint" / f"rank_{rank}"
+            return mindformers_checkpoint_dir(run_dir, str(phase)) / f"rank_{rank}"
         return Path(run_dir) / "checkpoints" if self.writes_run_files(rank) else None

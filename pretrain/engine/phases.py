@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
+from pretrain.config.layout import mindformers_checkpoint_dir, mindformers_output_dir
 from pretrain.config.validate import phase_steps, phases
 from pretrain.engine.lr import lr_block
 from pretrain.model import mindformers_config as mfc
@@ -33,11 +34,11 @@ def yaml_path(run_dir: Path, phase: str) -> Path:
 
 
 def output_dir(run_dir: Path, phase: str) -> Path:
-    return Path(run_dir).resolve() / "mindformers" / phase
+    return mindformers_output_dir(run_dir, phase)
 
 
 def checkpoint_dir(run_dir: Path, phase: str) -> Path:
-    return output_dir(run_dir, phase) / "checkpoint"
+    return mindformers_checkpoint_dir(run_dir, phase)
 
 
 def schedules(cfg: DictConfig, run_dir: Path) -> List[PhaseLR]:
