@@ -34,7 +34,6 @@ LAYERS: Dict[str, int] = {
     "bench": 6, "tools": 6,
 }
 ALLOWED_PEERS: Set[Tuple[str, str]] = {
-    ("config", "io"),     # config writes nothing, but io is a leaf both may use
     ("engine", "train"),  # MindFormers' engine reuses the loop's run-directory bookkeeping
     ("app", "sweep"),     # a sweep job writes its row
     ("__main__", "app"),
@@ -101,9 +100,11 @@ def upward(package: Path = PACKAGE) -> Iterator[str]:
 def main(argv=None) -> int:
     verbose = "-v" in (sys.argv[1:] if argv is None else argv)
     edges = graph()
-    for a in sorted(edges, key=lambda x: (LAYERS.get(x, 99), x)):
-        targets = sorted(edges[a], key=lambda x: (LAYERS.get(x, 99), x))
-        print(f"{a:<11}({LAYERS.get(a, '?')}) -> " + ", ".join(f"{b}({len(edges[a][b])})" for b in targets))
+    print("layer(rank) -> the layers it imports (number of module -> module imports)")
+    for a in sorted(set(edges) | set(LAYERS), key=lambda x: (LAYERS.get(x, 99), x)):
+        targets = sorted(edges.get(a, {}), key=lambda x: (LAYERS.get(x, 99), x))
+        print(f"{a:<11}({LAYERS.get(a, '?')}) -> "
+              + (", ".join(f"{b}({len(edges[a][b])})" for b in targets) or "nothing outside itself"))
         if verbose:
             for b in targets:
                 for line in sorted(edges[a][b]):
