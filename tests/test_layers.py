@@ -83,4 +83,5 @@ def test_the_launcher_only_launches():
     edges = imports.graph()["launch"]
     targets = {line.split(" -> ")[1] for where in edges.values() for line in where}
     assert "data" not in edges
-    assert not targets & {"pretrain.engine", "pretrain.train.loop", "pretrain.train.build", "pretrain.model.builder"}
+    trains = {"pretrain.engine", "pretrain.train.loop", "pretrain.train.build", "pretrain.model.builder"}
+    assert not targets & trains

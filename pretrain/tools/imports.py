@@ -34,7 +34,7 @@ LAYERS: Dict[str, int] = {
     "bench": 6, "tools": 6,
 }
 ALLOWED_PEERS: Set[Tuple[str, str]] = {
-    ("engine", "train"),  # MindFormers' engine feeds our loader, inputs and LR schedule; engine.train dispatches
+    ("engine", "train"),  # MindFormers' engine feeds our loader, inputs, LR schedule; engine.train dispatches
     ("app", "sweep"),     # a sweep job writes its row
     ("__main__", "app"),
 }
