@@ -17,10 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config import validate
-from pretrain.config.errors import PretrainConfigError, PretrainDataError, PretrainRunError
+from pretrain.config.errors import USER_ERRORS, PretrainConfigError
 from pretrain.io import write_atomic
-
-USER_ERRORS = (PretrainConfigError, PretrainDataError, PretrainRunError)
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -57,7 +55,8 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     from pretrain.plan.planner import format_plan, plan as make_plan
     plan = make_plan(cfg)
     print(format_plan(plan), flush=True)
-    status, refused = validate.verdict(cfg, plan)
+    from pretrain.plan.verdict import verdict
+    status, refused = verdict(cfg, plan)
     dry = cfg.dry_run or cfg.launcher == "print"
     # Several nodes: the launch only writes per-node scripts, which a plan-only layout may have (each
     # rank refuses to train it, in one line); a plan that does not fit gets none.
@@ -75,11 +74,11 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     row = {"status": status, "reason": "; ".join(refused), **plan_row(plan)}
     for line in refused:
         print(f"{status}: {line}")
-    from pretrain.launch import launch
+    from pretrain import launch
     run_dir = Path(cfg.run_dir)
     if dry:
         where = dry_run_freeze(cfg, plan.to_dict(), run_dir)
-        row.update(launch(cfg, run_dir, dry=True) or {})
+        row.update(launch.describe(cfg, run_dir))
         print(f"dry run: resolved config and plan written to {where}"
               + ("" if where == run_dir else f" ({run_dir} holds a run; its config.yaml and plan.json are "
                                              f"left as they are)"))
@@ -88,8 +87,31 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     with rundir.RunDirLock(run_dir):
         accept(cfg, run_dir)
         freeze(cfg, plan.to_dict(), run_dir)
-        row.update(launch(cfg, run_dir) or {})
+        row.update(start(cfg, run_dir))
     return row
+
+
+def start(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+    """The frozen run: node scripts for several nodes; else the data ready, then trained in this
+    process (one device) or by msrun's ranks. Returns what a sweep row records of it."""
+    from pretrain import launch
+    if cfg.hardware.num_nodes > 1:
+        return launch.write_nodes(cfg, run_dir)
+    launch.check_host(cfg)
+    from pretrain.resilience.resume import check_branch
+    check_branch(cfg)   # a phase run alone without its base run: say which to train, before the data
+    from pretrain.data.manifest import summary_table
+    from pretrain.data.prepare import prepare
+    from pretrain.model.builder import prepare_environment
+    prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
+    prepared = prepare(cfg.data)
+    print(summary_table(prepared), flush=True)   # once, before any rank starts: ranks only read the cache
+    from pretrain.train.build import pad_token_id
+    launch.write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
+    if not launch.in_process(cfg):
+        return launch.run_local(cfg, run_dir)
+    from pretrain.engine import train
+    return launch.measured(train(cfg))
 
 
 def accept(cfg: DictConfig, run_dir: Path) -> None:
@@ -100,7 +122,7 @@ def accept(cfg: DictConfig, run_dir: Path) -> None:
         return
     from pretrain.resilience.checkpoint import CheckpointManager
     from pretrain.resilience.events import EventLog
-    from pretrain.train.runner import start_point
+    from pretrain.resilience.resume import start_point
     with EventLog(run_dir / "events.jsonl") as events:
         checkpoints = CheckpointManager(run_dir / "checkpoints", events=events,
                                         keep_latest=int(cfg.train.keep_checkpoint_max),

@@ -4,8 +4,9 @@ from pathlib import Path
 from typing import Union
 
 
-def fsync_dir(directory: Union[str, Path]) -> None:
-    fd = os.open(str(directory), os.O_RDONLY)
+def fsync_path(path: Union[str, Path]) -> None:
+    """Flush a file (its bytes) or a directory (its entries: a rename or a new file in it) to disk."""
+    fd = os.open(str(path), os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -21,4 +22,4 @@ def write_atomic(path: Union[str, Path], data: Union[str, bytes]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)

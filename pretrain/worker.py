@@ -2,7 +2,7 @@
 
 Ranks never run Hydra: they read the frozen, resolved RUN_DIR/config.yaml. Each rank leaves
 RUN_DIR/logs/rank_<r>.pid when it starts and RUN_DIR/logs/rank_<r>.exit when it ends (its exit
-code, last error, and what it trained: pretrain.train.runner.rank_evidence), so the launcher
+code, last error, and what it trained: pretrain.train.build.rank_evidence), so the launcher
 reports the first failing or vanished rank in about a second instead of waiting for msrun's
 heartbeat timeout. msrun's scheduler process runs this same command (MS_ROLE=MS_SCHED): it only
 hosts the cluster rendezvous and never trains.
@@ -14,8 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pretrain.app import USER_ERRORS
-from pretrain.config.errors import PretrainRunError
+from pretrain.config.errors import USER_ERRORS, PretrainRunError
 from pretrain.io import write_atomic
 
 
@@ -25,7 +24,7 @@ def status_path(run_dir: Path, rank: int, kind: str = "exit") -> Path:
 
 def load_frozen(run_dir: Path):
     """The frozen config; a hand edit that broke its YAML is one line, not a traceback per rank.
-    (A key edited since the checkpoint is checked by the runner: runner.start_point.)"""
+    (A key edited since the checkpoint is checked by the loop: resilience.resume.start_point.)"""
     try:
         return OmegaConf.load(run_dir / "config.yaml")
     except Exception as e:   # yaml's and OmegaConf's errors have no common base worth naming
@@ -54,7 +53,7 @@ def main(argv=None) -> int:
     os.environ[STATUS_ENV] = str(status_path(run_dir, rank))   # the watchdog's exit writes it too
     status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
-        from pretrain.engine import train as run   # our loop or MindFormers' trainer (validate.engine)
+        from pretrain.engine import train as run   # our loop or MindFormers' trainer (ParallelLayout.engine)
         cfg = load_frozen(run_dir)
         cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
         summary = run(cfg, *args[1:])

@@ -1,5 +1,6 @@
 """Shared fixtures: composed configs (cheap, no mindspore) and a CLI runner in tmp_path."""
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pretrain.bench import SMALL_MODEL
 from pretrain.config.compose import composer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -14,6 +16,21 @@ CONF = REPO / "conf"
 # MindFormers logs to $LOCAL_DEFAULT_PATH/log, else ./output/log (the checkout, for in-process imports
 # here); a run sets it to its own run dir (pretrain.model.builder.prepare_environment).
 os.environ.setdefault("LOCAL_DEFAULT_PATH", tempfile.mkdtemp(prefix="pretrain-tests-mindformers-"))
+
+
+# The shrunken models every training test uses. SMALL_MODEL (pretrain.bench, which the benchmarks share):
+# the tiny architecture at ~0.6M parameters and seq 64, over the sample corpus and its 4096-piece
+# tokenizer. SHRINK: the same at vocab 512 and seq 32, for tests that feed their own token arrays.
+_LENGTHS = ("model.seq_length=", "model.max_position_embeddings=")
+SHRINK = [*(o for o in SMALL_MODEL if not o.startswith(_LENGTHS)),
+          "model.vocab_size=512", "model.seq_length=32", "model.max_position_embeddings=32"]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (msrun's master port in the multi-process tests)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def options(group: str):

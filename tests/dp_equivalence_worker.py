@@ -13,9 +13,8 @@ import sys
 
 import numpy as np
 
-SHRINK = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-          "model.ffn_hidden_size=128", "model.vocab_size=512", "model.seq_length=32",
-          "model.max_position_embeddings=32"]
+from tests.conftest import SHRINK  # msrun runs this file with PYTHONPATH=the checkout
+
 SEQ, STEPS = 32, 2
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.bench import SMALL_MODEL
 from pretrain.train.metrics import read_metrics
+from tests.conftest import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

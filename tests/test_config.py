@@ -6,6 +6,7 @@ from omegaconf import OmegaConf
 
 from pretrain.config import validate
 from pretrain.config.errors import PretrainConfigError
+from pretrain.plan.verdict import verdict
 from tests.conftest import options
 from tests.test_rulebook import accepted_by_training
 
@@ -50,7 +51,7 @@ def test_every_parallel_hardware_combination_validates_or_explains(compose_many,
             assert planned.params_total > 0
             # what a dry run or sweep row calls "ok", training accepts (a plan that does not fit is
             # never ok: its verdict's search for fitting layouts is skipped here)
-            if planned.fits and validate.verdict(cfg, planned)[0] == "ok":
+            if planned.fits and verdict(cfg, planned)[0] == "ok":
                 accepted_by_training(cfg)
                 ok += 1
     assert valid >= 3   # the layouts in conf/ are meant to be usable, not just rejected

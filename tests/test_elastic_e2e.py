@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,21 +23,14 @@ from pathlib import Path
 import pytest
 
 from pretrain.train.metrics import read_metrics
+from tests.conftest import SMALL_MODEL, free_port
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-         "model.ffn_hidden_size=128", "model.seq_length=64", "model.max_position_embeddings=64",
-         "train.eval_every=0", "phase=general", "train.total_tokens=20480",   # 28 steps of 8 rows
+SMALL = [*SMALL_MODEL, "train.eval_every=0", "phase=general", "train.total_tokens=20480",   # 28 steps of 8 rows
          "train.save_every_steps=3", "train.keep_checkpoint_max=50"]
 DP2 = ["parallel=dp2", "hardware=cpu_2proc"]
 STEPS = 28
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cli:

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from pretrain.config.errors import PretrainRunError
 from pretrain.launch import msrun
 from pretrain.launch.supervise import RestartBudget, shrunk_dp, with_dp
-from pretrain.resilience import config as resilience
+from pretrain.config import resilience
 from pretrain.resilience.resume import resume_changes
 
 
@@ -43,7 +43,7 @@ def test_the_rank_left_out_is_the_one_that_kept_failing():
 
 def cfg(dp=4, tp=1, gbs=8, micro=1, min_devices=1):
     return OmegaConf.create({
-        "parallel": {"dp": dp, "tp": tp, "pp": 1, "cp": 1, "micro_batch_size": micro},
+        "parallel": {"dp": dp, "tp": tp, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "zero_stage": 0, "micro_batch_size": micro},
         "train": {"global_batch_size": gbs, "grad_accum": gbs // (micro * dp)},
         "hardware": {"devices_per_node": dp * tp, "num_nodes": 1, "min_devices": min_devices}})
 

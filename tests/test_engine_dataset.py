@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from pretrain.bench import SMALL_MODEL
 from pretrain.engine import phases as engine_phases
 from pretrain.model import mindformers_config as mfc
+from tests.conftest import SMALL_MODEL
 
 pytestmark = pytest.mark.slow  # prepares the sample corpus once per session (~1 min)
 
@@ -29,7 +29,7 @@ def test_mindformers_dataset_builder_yields_our_loaders_batches(
     from pretrain.data.prepare import prepare
     from pretrain.engine.dataset import register
     from pretrain.train.inputs import model_arrays
-    from pretrain.train.runner import make_loader
+    from pretrain.train.build import make_loader
 
     register()
     cfg = compose_many(

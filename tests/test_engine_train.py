@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.bench import SMALL_MODEL
 from pretrain.train.schedule import curriculum
+from tests.conftest import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

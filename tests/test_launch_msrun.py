@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,22 +16,15 @@ import pytest
 
 from pretrain.launch.msrun import _alive
 from pretrain.train.metrics import read_metrics
+from tests.conftest import SMALL_MODEL, free_port
 
 pytestmark = pytest.mark.slow
 
 RUN = Path("runs") / "tiny-dp2-cpu_2proc"
 # A 0.6M-parameter model of the tiny architecture (vocab 4096 from the sample tokenizer) at
 # seq 64: each msrun run is ~40 s on 2 cores, most of it start-up and graph compilation.
-SMALL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-         "model.ffn_hidden_size=128", "model.seq_length=64", "model.max_position_embeddings=64",
-         "train.eval_every=0"]
+SMALL = [*SMALL_MODEL, "train.eval_every=0"]
 DP2 = ["parallel=dp2", "hardware=cpu_2proc"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -11,18 +11,9 @@ from pretrain.config.errors import PretrainConfigError
 from pretrain.model import builder
 from pretrain.model import mindformers_config as mfc
 from pretrain.plan.planner import model_shape, param_count
+from tests.conftest import SHRINK
 
-SHRINK = [
-    "model.hidden_size=64",
-    "model.num_layers=2",
-    "model.num_heads=4",
-    "model.num_kv_heads=2",
-    "model.head_dim=16",
-    "model.ffn_hidden_size=128",
-    "model.vocab_size=512",
-    "model.seq_length=32",
-    "model.max_position_embeddings=32",
-]
+SHRINK = [*SHRINK, "model.head_dim=16"]
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,10 @@ from pretrain.data.loader import rows_to_batch
 from pretrain.model import builder
 from pretrain.model.mindformers_config import document_attention
 from pretrain.train.step import model_inputs
+from tests.conftest import SHRINK
 
 pytestmark = pytest.mark.slow   # two model graphs compile (~15 s each on 2 loaded cores)
 
-SHRINK = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-          "model.ffn_hidden_size=128", "model.vocab_size=512", "model.seq_length=32",
-          "model.max_position_embeddings=32"]
 SEQ, PAD, EOD = 32, 0, 2
 # fp32 with masked keys at -1e9 (weight exactly 0): B's losses match B alone up to summation order
 TOL = 1e-5

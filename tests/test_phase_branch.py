@@ -13,9 +13,9 @@ from pretrain.config import known_keys, validate
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.resilience.checkpoint import CheckpointManager, checkpoint_name
 from pretrain.resilience.resume import check_branch, find_start
-from pretrain.train.branch import run_suffix
+from pretrain.config.branch import run_suffix
 from pretrain.train.schedule import curriculum, end_lr, levels, phase_lr
-from pretrain.train.trainer import final_tag
+from pretrain.resilience.identity import final_tag
 from tests.conftest import REPO, options
 
 
@@ -214,7 +214,7 @@ def test_check_branch_runs_before_any_data_is_prepared(compose_many, tmp_path):
     base = base_run(tmp_path / "base")
     check_branch(cfg)
     # a base run of another model is named before any data is prepared
-    from pretrain.train.runner import architecture
+    from pretrain.resilience.identity import architecture
 
     other = {**architecture(cfg), "hidden_size": 64}
     fake_checkpoint(base / "checkpoints", 50, {**GENERAL_DONE, "model": other}, final_tag("general"))

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pretrain.bench import SMALL_MODEL
 from pretrain.resilience.checkpoint import verify
 from pretrain.resilience.events import read_events
 from pretrain.resilience.signals import HANG_EXIT_CODE
+from tests.conftest import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

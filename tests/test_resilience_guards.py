@@ -6,7 +6,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
-from pretrain.resilience.config import ResilienceConfig, nonfinite_guard, problems, spike_guard, watchdog
+from pretrain.config.resilience import ResilienceConfig, problems
+from pretrain.resilience.guards import nonfinite_guard, spike_guard, watchdog
 from pretrain.resilience.nonfinite import NonFiniteGuard
 from pretrain.resilience.spike import SpikeGuard
 

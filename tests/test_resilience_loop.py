@@ -18,7 +18,9 @@ from pretrain.resilience.skips import add_window, data_index
 from pretrain.resilience.spike import SpikeGuard
 from pretrain.train.metrics import MetricsWriter
 from pretrain.train.schedule import PhaseLR
-from pretrain.train.trainer import PhasePlan, Throughput, Trainer, final_tag
+from pretrain.resilience.identity import final_tag
+from pretrain.train.loop import train
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +112,7 @@ def train_records(tmp_path):
 def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_same_stream(tmp_path):
     # Data 8..10 are poisoned: steps 9, 10, 11 (phase steps 8..10) are the spike, confirmed at 11.
     trainer, checkpoints, _ = make_trainer(tmp_path, poison={8, 9, 10})
-    trainer.run([plan(20)])
+    train(trainer, [plan(20)])
     trainer.metrics.close()
 
     spike, = kinds(tmp_path, "spike")
@@ -136,7 +138,7 @@ def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_sa
     assert resaved.step == 6 and read_state(resaved)["data_skips"] == {"general": [[7, 10]]}
     again, _, _ = make_trainer(tmp_path / "again", poison={8, 9, 10})
     again.restore(checkpoints, resaved)
-    again.run([plan(20)])
+    train(again, [plan(20)])
     again.metrics.close()
     replay = train_records(tmp_path / "again")
     assert [(r["step"], r["data_index"], r["loss"]) for r in replay] == [
@@ -147,7 +149,7 @@ def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_sa
 def test_a_spike_that_comes_back_stops_the_run_past_max_rollbacks(tmp_path):
     trainer, _, _ = make_trainer(tmp_path, poison=set(range(8, 100)), max_rollbacks=2)
     with pytest.raises(PretrainRunError, match=r"loss spike rollback limit: 3 rollbacks .*max_rollbacks=2"):
-        trainer.run([plan(40)])
+        train(trainer, [plan(40)])
     assert len(kinds(tmp_path, "rollback")) == 2 and len(kinds(tmp_path, "spike")) == 3
     error, = kinds(tmp_path, "error")
     assert "rollback limit" in error["reason"]
@@ -156,12 +158,12 @@ def test_a_spike_that_comes_back_stops_the_run_past_max_rollbacks(tmp_path):
 def test_a_spike_with_no_checkpoint_before_it_is_a_clear_error(tmp_path):
     trainer, _, _ = make_trainer(tmp_path, poison={5, 6, 7}, save_every=100)
     with pytest.raises(PretrainRunError, match=r"no checkpoint from before step 5 to roll back to"):
-        trainer.run([plan(20)])
+        train(trainer, [plan(20)])
 
 
 def test_nonfinite_steps_skip_the_update_are_logged_and_too_many_in_a_row_stop_the_run(tmp_path):
     trainer, checkpoints, _ = make_trainer(tmp_path)
-    trainer.run([plan(12, nan={3, 4})])
+    train(trainer, [plan(12, nan={3, 4})])
     assert [(e["step"], e["what"], e["in_a_row"]) for e in kinds(tmp_path, "skip")] == [
         (4, "update", 1), (5, "update", 2)]
     assert trainer.step.updates == 10  # 12 steps, 2 of them skipped
@@ -170,7 +172,7 @@ def test_nonfinite_steps_skip_the_update_are_logged_and_too_many_in_a_row_stop_t
 
     stuck, _, _ = make_trainer(tmp_path / "stuck", max_nonfinite=3)
     with pytest.raises(PretrainRunError, match=r"4 steps in a row \(up to step 8\) had a non-finite"):
-        stuck.run([plan(20, nan=set(range(4, 20)))])
+        train(stuck, [plan(20, nan=set(range(4, 20)))])
     assert stuck.step.updates == 4
 
 
@@ -190,7 +192,7 @@ class StopAt:
 def test_a_stop_request_checkpoints_the_finished_step_and_the_resume_continues_after_it(tmp_path):
     trainer, checkpoints, _ = make_trainer(tmp_path)
     trainer.stop = StopAt(trainer, 5)
-    results = trainer.run([plan(8, "general"), plan(4, "reasoning")])
+    results = train(trainer, [plan(8, "general"), plan(4, "reasoning")])
     assert trainer.stopped == "SIGTERM" and [r["stopped"] for r in results] == [True]
     signal, = kinds(tmp_path, "signal")
     assert (signal["signal"], signal["step"]) == ("SIGTERM", 5)
@@ -199,19 +201,19 @@ def test_a_stop_request_checkpoints_the_finished_step_and_the_resume_continues_a
 
     resumed, _, _ = make_trainer(tmp_path)
     resumed.restore(checkpoints, checkpoints.latest())
-    results = resumed.run([plan(8, "general"), plan(4, "reasoning")])
+    results = train(resumed, [plan(8, "general"), plan(4, "reasoning")])
     assert [r["phase"] for r in results] == ["general", "reasoning"] and results[0]["first_step"] == 6
     assert resumed.state.global_step == 12 and resumed.step.updates == 12
     assert [r["step"] for r in train_records(tmp_path)] == list(range(1, 13))
     # a finished run started again has nothing left to train
     done, _, _ = make_trainer(tmp_path)
     done.restore(checkpoints, checkpoints.latest())
-    assert done.run([plan(8, "general"), plan(4, "reasoning")]) == []
+    assert train(done, [plan(8, "general"), plan(4, "reasoning")]) == []
 
 
 def test_a_rank_that_does_not_save_rolls_back_too_and_never_touches_the_checkpoints(tmp_path):
     writer, checkpoints, _ = make_trainer(tmp_path)
-    writer.run([plan(6)])  # the saving rank: checkpoint 3 and general's final, 6
+    train(writer, [plan(6)])  # the saving rank: checkpoint 3 and general's final, 6
     reader = Trainer(ToyStep({8, 9, 10}), metrics=MetricsWriter(tmp_path, enabled=False),
                      throughput=writer.throughput, grad_accum=1, arch={"toy": 1},
                      checkpoints=checkpoints, save_every_steps=3, saving=False,
@@ -220,7 +222,7 @@ def test_a_rank_that_does_not_save_rolls_back_too_and_never_touches_the_checkpoi
     before = sorted(info.path.name for info in checkpoints.list())
     # reasoning's data 8..10 spike at global steps 15..17; the newest checkpoint before step 14 is
     # general's final one: the rollback restarts reasoning from its first step, skipping data 7..10
-    reader.run([plan(6, "general"), plan(20, "reasoning")])
+    train(reader, [plan(6, "general"), plan(20, "reasoning")])
     assert sorted(info.path.name for info in checkpoints.list()) == before
     assert reader.state.data_skips == {"reasoning": [[7, 10]]}
     assert reader.state.global_step == 26 and reader.step.updates == 26

@@ -11,6 +11,7 @@ from pretrain.config import ranges, schema, validate
 from pretrain.config.errors import PretrainConfigError
 from pretrain.plan.planner import plan as make_plan
 from pretrain.plan.report import format_plan
+from pretrain.plan.verdict import memory_problems, verdict
 
 from tests.conftest import options as _options
 
@@ -53,7 +54,7 @@ def test_numeric_walk_refuses_with_the_key_or_plans_sanely(default_cfg, key, val
     plan = make_plan(cfg)      # accepted: the plan must make sense, and the launch verdicts must not crash
     assert _sane(plan), (key, value, plan.params_total, plan.mfu, plan.total_days)
     validate.training_problems(cfg)
-    validate.memory_problems(cfg, plan)
+    memory_problems(cfg, plan)
 
 
 @pytest.mark.parametrize("override,key", [("model.hidden_size=-256", "model.hidden_size=-256 must be in [1, "),
@@ -161,7 +162,7 @@ def _verdicts(compose_many, combos):
     rows = []
     for overrides in combos:
         cfg = compose_many([*overrides, "dry_run=true"])
-        status = "invalid" if validate.problems(cfg) else validate.verdict(cfg, make_plan(cfg))[0]
+        status = "invalid" if validate.problems(cfg) else verdict(cfg, make_plan(cfg))[0]
         if status == "ok":
             accepted_by_training(cfg)
         rows.append((overrides, status))

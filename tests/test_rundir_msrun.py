@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_launch_msrun import DP2, SMALL, free_port, wait_for_steps
+from test_launch_msrun import DP2, SMALL, wait_for_steps
 
 from pretrain.rundir import RunDirBusy, RunDirLock
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,9 @@ import pytest
 
 from pretrain.config.errors import PretrainDataError
 from pretrain.data.prepare import Prepared
-from pretrain.config.validate import check_prepared as check_data
-from pretrain.train.runner import architecture, architecture_hash, pad_token_id
+from pretrain.data.checks import check_prepared as check_data
+from pretrain.resilience.identity import architecture, architecture_hash
+from pretrain.train.build import pad_token_id
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 from pretrain.config.errors import PretrainConfigError
 from pretrain.config import validate
 from pretrain.config.validate import phase_steps
-from pretrain.train.branch import previous_phase
+from pretrain.config.branch import previous_phase
 from pretrain.train.schedule import curriculum, lr_at, phase_lr
 
 

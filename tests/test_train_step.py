@@ -8,19 +8,12 @@ import pytest
 from pretrain.config.errors import PretrainRunError
 from pretrain.model import builder
 from pretrain.train.metrics import MetricsWriter
-from pretrain.train.runner import architecture
+from pretrain.resilience.identity import architecture
 from pretrain.train.schedule import phase_lr
+from tests.conftest import SHRINK
 
-SHRINK = [  # one layer: every behaviour here is per step, not per layer, and each graph compiles faster
-    "model.hidden_size=64",
-    "model.num_layers=1",
-    "model.num_heads=4",
-    "model.num_kv_heads=2",
-    "model.ffn_hidden_size=128",
-    "model.vocab_size=512",
-    "model.seq_length=32",
-    "model.max_position_embeddings=32",
-]
+# one layer: every behaviour here is per step, not per layer, and each graph compiles faster
+SHRINK = [*SHRINK, "model.num_layers=1"]
 SEQ, VOCAB = 32, 512
 
 

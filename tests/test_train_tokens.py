@@ -3,24 +3,18 @@ msrun processes (each rank 2 micro-batches of 1 row, with very uneven valid-toke
 exactly what one process trains on the global batch at once."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.slow   # three processes compile the model graph (~1-2 min on 2 cores)
 
 WORKER = Path(__file__).with_name("dp_equivalence_worker.py")
 ROOT = WORKER.parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(cmd, cwd):

@@ -27,9 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List
 
-REAL_DEFAULT = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=4", "model.num_kv_heads=2",
-                "model.ffn_hidden_size=128", "model.seq_length=64", "model.max_position_embeddings=64",
-                "train.total_tokens=20480", "train.save_every_steps=3", "train.eval_every=0"]
+from pretrain.bench import SMALL_MODEL
+
+REAL_DEFAULT = [*SMALL_MODEL, "train.total_tokens=20480", "train.save_every_steps=3", "train.eval_every=0"]
 
 
 def mcore_shaped_optimizer(model: Any) -> Any:

@@ -63,7 +63,7 @@ def compare_document_mask(overrides, rounds: int, steps: int) -> None:
     from mindspore import Tensor
 
     from pretrain.data.prepare import prepare
-    from pretrain.train.runner import make_loader
+    from pretrain.train.build import make_loader
     from pretrain.train.step import TrainStep, train_step_args
     from pretrain.train.trainer import split_micro
 
@@ -117,7 +117,8 @@ def main(argv) -> None:
     from pretrain.model.mindformers_config import document_attention
     from pretrain.plan.planner import flops_per_token, model_shape
     from pretrain.train.metrics import MetricsWriter
-    from pretrain.train.runner import architecture, make_loader
+    from pretrain.resilience.identity import architecture
+    from pretrain.train.build import make_loader
     from pretrain.train.schedule import phase_lr
     from pretrain.train.step import TrainStep, model_inputs, train_step_args
     from pretrain.train.trainer import PhasePlan, Throughput, Trainer, split_micro

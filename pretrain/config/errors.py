@@ -11,3 +11,7 @@ class PretrainDataError(RuntimeError):
 
 class PretrainRunError(RuntimeError):
     """Training or launching failed in a way the user can act on (message says how)."""
+
+
+# What the entrypoints (pretrain.app, pretrain.worker, MindFormers' engine) turn into one line and exit 2.
+USER_ERRORS = (PretrainConfigError, PretrainDataError, PretrainRunError)

@@ -18,7 +18,7 @@ def _div(a, b):
 
 
 def _branch(phase, lr_peak):
-    from pretrain.train.branch import run_suffix  # pure Python: names a phase run alone
+    from pretrain.config.branch import run_suffix  # pure Python: names a phase run alone
     return run_suffix(phase, lr_peak)
 
 

@@ -6,11 +6,10 @@ fails at compose time with the key named. `???` (MISSING) marks values an option
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from pretrain.config.ranges import between, derived
-from pretrain.resilience.config import ResilienceConfig
+from pretrain.config.resilience import ResilienceConfig
 
 K, M = 2**10, 2**20
 
@@ -211,6 +210,9 @@ class PretrainConfig:
 
 
 def register() -> None:
+    # Hydra only here: the ranks read the schema (ranges, known keys) of a frozen config without it
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="pretrain_schema", node=PretrainConfig)
     for group, node in [("model", ModelConfig), ("parallel", ParallelConfig), ("phase", PhaseConfig),

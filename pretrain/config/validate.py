@@ -7,20 +7,26 @@ Three verdicts, so a dry run and a sweep row say what the run would do:
   loop for one device or plain data parallel, MindFormers' trainer for model parallelism and ZeRO;
   MindFormers 1.9.0's classes and CPU kernels have limits). Planned, swept and scripted as "plan
   only"; a launch is refused.
-- `memory_problems(cfg, plan)`: the planned peak memory per device exceeds the device. A launch is
-  refused (unless plan.ignore_memory=true); the line names the largest part and layouts that fit.
+- `memory_problems(cfg, plan)` (pretrain/plan/verdict.py, it needs the planner): the planned peak
+  memory per device exceeds the device. A launch is refused (unless plan.ignore_memory=true); the
+  line names the largest part and layouts that fit. `verdict(cfg, plan)` there joins the last two.
 Each line names the keys and every factor, e.g.
 `parallel: dp(8) * tp(4) * pp(2) * cp(1) = 64 != devices(32) of hardware=ascend910b_4x8 (...)`.
 Pure Python: no mindspore import. Code elsewhere (model builder, MindFormers export, schedule,
 data preparation) relies on these checks instead of repeating them.
 """
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Iterator, List
 
 from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config import known_keys, ranges
-from pretrain.config.errors import PretrainConfigError, PretrainDataError
+from pretrain.config.attention import document_attention
+from pretrain.config.choices import BUILTIN_SOURCES, DATA_ENGINES, NORMALIZE_FORMS, PACKING_METHODS
+from pretrain.config.errors import PretrainConfigError
+from pretrain.config.layout import ENGINES, choose_engine, model_split, num_devices, world_size
+from pretrain.config.lr_levels import levels
+from pretrain.config.resilience import problems as resilience_problems
 
 LR_SCHEDULES = ("cosine", "linear", "constant", "wsd")
 RECOMPUTE = ("none", "selective", "full")
@@ -36,10 +42,6 @@ def phases(cfg: DictConfig) -> List[DictConfig]:
     """The phases this run trains, in order: one phase, or the curriculum mapping."""
     node = cfg.phase
     return [node] if "name" in node else [node[k] for k in node]
-
-
-def num_devices(hw) -> int:
-    return int(hw.devices_per_node) * int(hw.num_nodes)
 
 
 def phase_tokens(cfg: DictConfig, phase: Any) -> float:
@@ -92,29 +94,6 @@ def training_problems(cfg: DictConfig) -> List[str]:
     return [*_engine(cfg), *_mindformers(cfg)]
 
 
-def memory_problems(cfg: DictConfig, plan: Any) -> List[str]:
-    """A launch whose planned peak memory exceeds the device, with the layouts that do fit."""
-    if plan.fits or cfg.plan.ignore_memory:
-        return []
-    from pretrain.plan.planner import largest_part, memory_cure
-    from pretrain.plan.suggest import fitting_layouts
-    largest, gb = largest_part(plan.peak)
-    fits = fitting_layouts(cfg)
-    offer = ("these fit: " + "; ".join(s.describe() for s in fits)) if fits else (
-        f"no option in conf/parallel fits model={cfg.model.name} on hardware={cfg.hardware.name}")
-    who = "each device" if plan.peak.stage == "only" else f"the {plan.peak.stage} pipeline stage"
-    return [f"plan: {who} needs {plan.peak_gb:.1f} GB > {plan.capacity_gb:g} GB per device of "
-            f"hardware={cfg.hardware.name}; largest part {largest} {gb:.1f} GB "
-            f"({memory_cure(plan.layout, largest)}); {offer} (plan.ignore_memory=true launches anyway)"]
-
-
-def verdict(cfg: DictConfig, plan: Any) -> Tuple[str, List[str]]:
-    """What a launch of a config that passed check() does, as a dry run and a sweep row say it:
-    ("ok", []), or ("plan only" | "does not fit", the lines that refuse the launch)."""
-    plan_only, too_big = training_problems(cfg), memory_problems(cfg, plan)
-    return ("does not fit" if too_big else "plan only" if plan_only else "ok"), [*plan_only, *too_big]
-
-
 def check_trainable(cfg: DictConfig) -> None:
     """For code paths without a plan (the ranks): refuse what nothing here trains."""
     found = training_problems(cfg)
@@ -129,24 +108,6 @@ def check_data_config(d: DictConfig) -> None:
         raise PretrainConfigError("\n".join(found))
 
 
-def check_prepared(cfg: DictConfig, prepared: Dict[str, Any]) -> None:
-    """Prepared datasets (known only after preparation) against the model: sequence length and the
-    tokenizer's real vocabulary."""
-    from pretrain.data.prepare import tokenizer_vocab_size
-    for name, prep in prepared.items():
-        if int(prep.seq_length) != int(cfg.model.seq_length):
-            raise PretrainDataError(
-                f"dataset {name} in {prep.dir} is packed for seq_length {prep.seq_length}, model.seq_length is "
-                f"{cfg.model.seq_length}: set data.seq_length={cfg.model.seq_length} so it is re-packed, or use a "
-                f"model of that length")
-    for path in sorted({str(prep.tokenizer_path) for prep in prepared.values()}):
-        vocab = tokenizer_vocab_size(path)
-        if vocab != int(cfg.model.vocab_size):
-            raise PretrainDataError(
-                f"tokenizer {path} has a vocabulary of {vocab}, model.vocab_size is {cfg.model.vocab_size}: set "
-                f"model.vocab_size={vocab} or use a tokenizer of {cfg.model.vocab_size} pieces")
-
-
 def _schema():
     from pretrain.config import schema
     return schema
@@ -156,7 +117,7 @@ def _schema():
 
 def _layout(cfg) -> Iterator[str]:
     p, hw = cfg.parallel, cfg.hardware
-    used, have = p.dp * p.tp * p.pp * p.cp, num_devices(hw)
+    used, have = world_size(p), num_devices(hw)
     if used != have:
         free = f"; {have - used} devices would sit idle" if used < have else ""
         yield (f"parallel: dp({p.dp}) * tp({p.tp}) * pp({p.pp}) * cp({p.cp}) = {used} != devices({have}) "
@@ -261,7 +222,6 @@ def _phases(cfg) -> Iterator[str]:
         # a continuing phase (peak null) decays from where the previous one ends (run alone: known at start)
         top, bound = (lr.peak, f"lr.peak({lr.peak})") if lr.peak is not None else (1, "1")
         if lr.peak is None and i:
-            from pretrain.train.schedule import levels
             top = levels(plist)[i][0]
             bound = f"{top:g}, where phase.{plist[i - 1].name} ends"
         if lr.end is not None and not 0 <= lr.end <= top:
@@ -289,22 +249,18 @@ def _data(cfg) -> Iterator[str]:
 def _data_alone(d) -> Iterator[str]:
     if not d.sources:
         yield "data.sources is empty: name at least one source (data.sources.NAME.paths=[dir/or/*.jsonl])"
-    from pretrain.data.clean import FORMS
-    from pretrain.data.engine import ENGINES
-    from pretrain.data.pack import METHODS
-    if d.packing not in METHODS:
-        yield f"data.packing={d.packing!r} must be one of {', '.join(METHODS)}"
-    if d.get("engine", "local") not in ENGINES:
-        yield f"data.engine={d.engine!r} must be one of {', '.join(ENGINES)}"
-    if d.clean.normalize not in FORMS:
-        yield f"data.clean.normalize={d.clean.normalize!r} must be one of {', '.join(FORMS)}"
+    if d.packing not in PACKING_METHODS:
+        yield f"data.packing={d.packing!r} must be one of {', '.join(PACKING_METHODS)}"
+    if d.get("engine", "local") not in DATA_ENGINES:
+        yield f"data.engine={d.engine!r} must be one of {', '.join(DATA_ENGINES)}"
+    if d.clean.normalize not in NORMALIZE_FORMS:
+        yield f"data.clean.normalize={d.clean.normalize!r} must be one of {', '.join(NORMALIZE_FORMS)}"
     if d.tokenizer.path is None and not d.tokenizer.train:
         yield "data.tokenizer: no path and train=false; give data.tokenizer.path=... or set data.tokenizer.train=true"
     for name, src in d.sources.items():
         if src.builtin is not None:
-            from pretrain.data.sample import BUILTINS
-            if src.builtin not in BUILTINS:
-                yield (f"data.sources.{name}.builtin={src.builtin!r} must be one of {', '.join(BUILTINS)} "
+            if src.builtin not in BUILTIN_SOURCES:
+                yield (f"data.sources.{name}.builtin={src.builtin!r} must be one of {', '.join(BUILTIN_SOURCES)} "
                        f"(or null with paths)")
         elif not src.paths:
             yield f"data.sources.{name}: no paths and no builtin generator; give data.sources.{name}.paths=[...]"
@@ -331,7 +287,6 @@ def _exists(path: str) -> bool:
 
 
 def _run(cfg) -> Iterator[str]:
-    from pretrain.resilience.config import problems as resilience_problems
     yield from resilience_problems(cfg.resilience)
     if str(cfg.train.get("engine", "auto")) not in ENGINES:
         yield f"train.engine={cfg.train.engine!r} must be one of {', '.join(ENGINES)}"
@@ -344,7 +299,6 @@ def _run(cfg) -> Iterator[str]:
 
 # ---------------------------------------------------------------- what trains it
 
-ENGINES = ("auto", "pretrain", "mindformers")
 # MindSpore 2.9.0's parallel frontend (libmindspore_frontend.so) raises "for semi_auto_parallel/
 # auto_parallel mode, currently only support Ascend/GPU backend" when it compiles a graph of a split
 # model on CPU: tensor/pipeline/context/expert parallel exist on Ascend (and GPU) only.
@@ -353,19 +307,9 @@ SEMI_AUTO_ON_CPU = ("MindSpore 2.9.0 refuses semi_auto_parallel on CPU (its para
                     "currently only support Ascend/GPU backend' when it compiles the graph)")
 
 
-def _model_split(p) -> List[str]:
-    return [f"{k}({p[k]})" for k in ("tp", "pp", "cp", "ep") if p[k] > 1]
-
-
 def engine(cfg) -> str:
-    """Which engine trains the config: `pretrain` (this project's loop: one device or plain data
-    parallel without ZeRO) or `mindformers` (MindFormers' own trainer, from the per-phase yamls:
-    tensor/pipeline/context/expert parallel and ZeRO). train.engine=auto picks by the layout."""
-    chosen = str(cfg.train.get("engine", "auto"))
-    if chosen != "auto":
-        return chosen
-    p = cfg.parallel
-    return "mindformers" if _model_split(p) or int(p.zero_stage) > 0 else "pretrain"
+    """Which engine trains the config (the layout decides: pretrain/config/layout.py)."""
+    return choose_engine(str(cfg.train.get("engine", "auto")), cfg.parallel)
 
 
 def _engine(cfg) -> Iterator[str]:
@@ -374,7 +318,7 @@ def _engine(cfg) -> Iterator[str]:
     calls (no pipeline schedule) and check norms per shard, and with ZeRO every rank would load rank
     0's whole checkpoint. MindFormers' trainer runs those, on Ascend."""
     p, hw = cfg.parallel, cfg.hardware
-    which, split = engine(cfg), _model_split(cfg.parallel)
+    which, split = engine(cfg), model_split(cfg.parallel)
     if which not in ENGINES:
         return   # problems() names it
     if which == "pretrain":
@@ -402,7 +346,6 @@ def _engine(cfg) -> Iterator[str]:
         yield (f"parallel.zero_stage={p.zero_stage} on hardware.device=cpu: MindSpore's optimizer parallel "
                f"is not run on CPU by this project (the CPU proof covers data parallel only); set "
                f"parallel.zero_stage=0 on CPU, or plan it with dry_run=true")
-    from pretrain.model.mindformers_config import document_attention
     if document_attention(cfg) == "compressed" and p.micro_batch_size > 1:
         yield (f"parallel.micro_batch_size={p.micro_batch_size} with train.engine=mindformers and "
                f"data.document_mask=true at seq_length {cfg.model.seq_length}: our shard loader gives "

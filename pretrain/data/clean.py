@@ -3,7 +3,6 @@ import re
 import unicodedata
 from typing import Optional, Tuple
 
-FORMS = ("NFC", "NFKC", "NFD", "NFKD", "none")   # data.clean.normalize (checked in config/validate.py)
 # C0/C1 control characters except tab and newline, plus the byte-order mark and the
 # replacement character (what a lossy decoder left behind).
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff\ufffd]")

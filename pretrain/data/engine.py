@@ -22,7 +22,6 @@ from typing import Callable, Iterator, List, Optional, Sequence
 
 from pretrain.config.errors import PretrainDataError
 
-ENGINES = ("local", "ray")
 
 
 def _noop() -> None:

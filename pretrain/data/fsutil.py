@@ -15,7 +15,7 @@ from typing import Any, Iterator, List
 
 import numpy as np
 
-from pretrain.io import fsync_dir, write_atomic
+from pretrain.io import fsync_path, write_atomic
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -98,16 +98,12 @@ def publish_dir(tmp: Path, final: Path) -> None:
     published the same content-addressed directory meanwhile, theirs is kept and ours dropped."""
     for p in tmp.iterdir():
         if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    fsync_dir(tmp)
+            fsync_path(p)
+    fsync_path(tmp)
     try:
         os.replace(tmp, final)
     except OSError:
         if not final.is_dir():
             raise
         shutil.rmtree(tmp, ignore_errors=True)
-    fsync_dir(final.parent)
+    fsync_path(final.parent)

@@ -18,7 +18,6 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-METHODS = ("best_fit", "concat")
 
 
 @dataclass

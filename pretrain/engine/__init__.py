@@ -1,5 +1,5 @@
 """The training engines: `train(cfg)` runs the config on the engine the rulebook picks
-(pretrain.config.validate.engine): our loop (pretrain.train.runner) or MindFormers' own trainer on
+(pretrain.config.layout, via validate.engine): our loop (pretrain.train.loop) or MindFormers' own trainer on
 the run's per-phase yamls (pretrain.engine.mindformers). mindspore is imported only when training."""
 
 from typing import Any, Dict, Optional
@@ -15,6 +15,6 @@ def train(cfg: DictConfig, phase: Optional[str] = None) -> Dict[str, Any]:
         from pretrain.engine.mindformers import run
 
         return run(cfg, phase)
-    from pretrain.train.runner import run
+    from pretrain.train.loop import run
 
     return run(cfg)

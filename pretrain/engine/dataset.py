@@ -29,7 +29,7 @@ class PhaseSamples:
 
         from pretrain.config.validate import phase_steps, phases
         from pretrain.data.prepare import prepare
-        from pretrain.train.runner import make_loader
+        from pretrain.train.build import make_loader
 
         cfg = OmegaConf.load(Path(run_dir) / "config.yaml")
         (ph,) = [p for p in phases(cfg) if str(p.name) == phase] or [None]

@@ -7,7 +7,7 @@ our LR class, shard loader and loss log -> Trainer(config).train(). Phases run i
 process of its own (MindFormers builds one Trainer per process); a phase whose own checkpoints exist
 resumes from the newest (with data skip), a finished phase is skipped.
 Launchers reach it through pretrain.worker (msrun, node scripts, Slurm) or in-process (one device),
-which dispatch on pretrain.config.validate.engine(cfg).
+which dispatch on pretrain.config.validate.engine(cfg) (the layout decides: config/layout.py).
 """
 
 import json
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
         return 2
     cfg = OmegaConf.load(Path(args[0]) / "config.yaml")
     cfg.run_dir = str(Path(args[0]).resolve())
-    from pretrain.app import USER_ERRORS
+    from pretrain.config.errors import USER_ERRORS
 
     try:
         run(cfg, args[1] if len(args) > 1 else None)

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig
 
+from pretrain.config.layout import mindformers_checkpoint_dir, mindformers_output_dir
 from pretrain.config.validate import phase_steps, phases
 from pretrain.engine.lr import lr_block
 from pretrain.model import mindformers_config as mfc
@@ -33,11 +34,11 @@ def yaml_path(run_dir: Path, phase: str) -> Path:
 
 
 def output_dir(run_dir: Path, phase: str) -> Path:
-    return Path(run_dir).resolve() / "mindformers" / phase
+    return mindformers_output_dir(run_dir, phase)
 
 
 def checkpoint_dir(run_dir: Path, phase: str) -> Path:
-    return output_dir(run_dir, phase) / "checkpoint"
+    return mindformers_checkpoint_dir(run_dir, phase)
 
 
 def schedules(cfg: DictConfig, run_dir: Path) -> List[PhaseLR]:
@@ -54,7 +55,7 @@ def schedules(cfg: DictConfig, run_dir: Path) -> List[PhaseLR]:
 def previous_final_lr(cfg: DictConfig, run_dir: Path) -> Optional[float]:
     from omegaconf import OmegaConf
 
-    from pretrain.train.branch import previous_phase
+    from pretrain.config.branch import previous_phase
 
     prev = previous_phase(str(phases(cfg)[0].name))
     path = yaml_path(run_dir, prev) if prev else None
@@ -80,7 +81,7 @@ def first_steps(cfg: DictConfig, run_dir: Path, lrs: List[PhaseLR]) -> List[int]
 def _steps_before(cfg: DictConfig, run_dir: Path) -> int:
     from omegaconf import OmegaConf
 
-    from pretrain.train.branch import CURRICULUM
+    from pretrain.config.branch import CURRICULUM
 
     name = str(phases(cfg)[0].name)
     if name not in CURRICULUM:
@@ -99,7 +100,7 @@ def export_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> Dict
     lrs = schedules(cfg, run_dir)
     starts = first_steps(cfg, run_dir, lrs)
     out: Dict[str, Dict[str, Any]] = {}
-    from pretrain.train.branch import previous_phase
+    from pretrain.config.branch import previous_phase
 
     for i, (phase, lr, first) in enumerate(zip(plist, lrs, starts)):
         name = str(phase.name)

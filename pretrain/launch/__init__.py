@@ -1,8 +1,10 @@
-"""Hand a frozen run to the process(es) that train it.
+"""Hand a frozen run to the process(es) that train it; only launches.
 
-One device: train in this process. Several on this host: msrun, one `pretrain.worker` per
-device. Several nodes: per-node scripts in RUN_DIR/launch/ (and a Slurm submit script), since
-each node must start its own msrun. dry_run / launcher=print only say what would run.
+One device: the app trains in its own process (pretrain/app.py `start`). Several on this host:
+msrun, one `pretrain.worker` per device (`run_local`). Several nodes: per-node scripts in
+RUN_DIR/launch/ (and a Slurm submit script), since each node must start its own msrun
+(`write_nodes`). A dry run / launcher=print only says what would run (`describe`). The data is
+prepared by the app before any of these start.
 """
 import json
 import shlex
@@ -14,50 +16,52 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig
 
 from pretrain.config.errors import PretrainRunError
-from pretrain.config.validate import num_devices
+from pretrain.config.layout import ParallelLayout
 
 
-def launch(cfg: DictConfig, run_dir: Path, *, dry: bool = False) -> Dict[str, Any]:
-    """Run (or with dry / launcher=print, describe) the frozen run. Returns what a sweep row records
-    of it: {"measured_tokens_per_s": ...} once it trained, else {}."""
+def in_process(cfg: DictConfig) -> bool:
+    """One device and no msrun asked for: the launching process trains it itself."""
+    return ParallelLayout.from_config(cfg).devices == 1 and cfg.launcher != "msrun"
+
+
+def describe(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+    """A dry run (or launcher=print): write the engine yamls (and print the node scripts) and say
+    what would run."""
+    write_engine_yamls(cfg, run_dir)
+    if cfg.hardware.num_nodes > 1:
+        from pretrain.launch.scripts import describe_nodes
+        print(describe_nodes(cfg, run_dir, written=False))
+        return {}
     from pretrain.launch import msrun
+    from pretrain.config.validate import engine
+    where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.loop"
+    here = in_process(cfg)
+    for phase in ([None] if here else engine_launches(cfg)):
+        print("would run:", f"in this process ({where})" if here
+              else shlex.join(msrun.command(cfg, run_dir.resolve(), phase=phase)))
+    return {}
+
+
+def write_nodes(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+    """Several nodes: the per-node scripts each node's msrun starts from (nothing trains here)."""
+    from pretrain.launch.scripts import describe_nodes, write_node_scripts
+    write_engine_yamls(cfg, run_dir)
+    write_node_scripts(cfg, run_dir)
+    print(describe_nodes(cfg, run_dir, written=True))
+    return {}
+
+
+def check_host(cfg: DictConfig) -> None:
     hw = cfg.hardware
-    dry = dry or cfg.launcher == "print"
-    if hw.num_nodes > 1:
-        from pretrain.launch.scripts import describe_nodes, write_node_scripts
-        write_engine_yamls(cfg, run_dir)
-        if dry:
-            print(describe_nodes(cfg, run_dir, written=False))
-            return {}
-        write_node_scripts(cfg, run_dir)
-        print(describe_nodes(cfg, run_dir, written=True))
-        return {}
-    in_process = num_devices(hw) == 1 and cfg.launcher != "msrun"
-    if dry:
-        write_engine_yamls(cfg, run_dir)
-        from pretrain.config.validate import engine
-        where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.runner"
-        for phase in ([None] if in_process else engine_launches(cfg)):
-            print("would run:", f"in this process ({where})" if in_process
-                  else shlex.join(msrun.command(cfg, run_dir.resolve(), phase=phase)))
-        return {}
     if hw.device == "ascend" and shutil.which("npu-smi") is None:
         raise PretrainRunError(
             f"hardware={hw.name} needs Ascend devices and this host has none (no npu-smi); "
             f"plan it here with dry_run=true and launch on the cluster")
-    from pretrain.resilience.resume import check_branch
-    check_branch(cfg)   # a phase run alone without its base run: say which to train, before the data
-    from pretrain.data.manifest import summary_table
-    from pretrain.data.prepare import prepare
-    from pretrain.model.builder import prepare_environment
-    prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
-    prepared = prepare(cfg.data)
-    print(summary_table(prepared), flush=True)   # once, before any rank starts: ranks only read the cache
-    from pretrain.train.runner import pad_token_id
-    write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
-    if in_process:
-        from pretrain.engine import train
-        return measured(train(cfg))
+
+
+def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+    """msrun on this host, once per engine launch; the run's measured throughput once it trained."""
+    from pretrain.launch import msrun
     started = time.time()
     for phase in engine_launches(cfg):
         msrun.run_local(cfg, run_dir, phase)

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import PretrainRunError
-from pretrain.config.validate import num_devices
+from pretrain.config.layout import ParallelLayout, num_devices
 from pretrain.io import write_atomic
 from pretrain.launch import supervise
 from pretrain.launch.console import ConsoleRelay
@@ -50,7 +50,7 @@ def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0, phase: Optional[
     """The msrun command line for one node (ranks read run_dir/config.yaml); `phase`: the one phase
     MindFormers' engine trains in this launch."""
     hw = cfg.hardware
-    return ["msrun", f"--worker_num={num_devices(hw)}", f"--local_worker_num={hw.devices_per_node}",
+    return ["msrun", f"--worker_num={ParallelLayout.from_config(cfg).devices}", f"--local_worker_num={hw.devices_per_node}",
             f"--master_addr={hw.master_addr}", f"--master_port={hw.master_port}", f"--node_rank={node_rank}",
             f"--log_dir={run_dir / 'logs'}", "--join=True", f"--cluster_time_out={CLUSTER_TIME_OUT_S}",
             # the node's first rank on the console (rank 0's progress bar); every rank's log in log_dir
@@ -66,14 +66,14 @@ def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None) -> Di
     failing (pretrain.launch.supervise). Every restart and shrink is an event in events.jsonl."""
     run_dir = run_dir.resolve()
     res = cfg.resilience
-    budget = supervise.RestartBudget(int(res.max_restarts), float(res.restart_window))
-    devices = list(range(num_devices(cfg.hardware)))   # this host's devices the job runs on
+    budget = supervise.RestartBudget.of(res)
+    devices = list(range(ParallelLayout.from_config(cfg).devices))   # this host's devices the job runs on
     started = time.time()
     ranks = RankWatch(run_dir / "logs", len(devices))
     with _forward_stop_signals(ranks) as stopping:
         while True:
             cfg = _free_port(cfg, run_dir)
-            ranks.new_launch(num_devices(cfg.hardware))
+            ranks.new_launch(ParallelLayout.from_config(cfg).devices)
             failure = _launch_once(cfg, run_dir, ranks, devices, phase)
             if failure is None:
                 return {"wall_s": time.time() - started}
@@ -98,7 +98,7 @@ def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None) -> Di
             old_dp = int(cfg.parallel.dp)
             device = devices.pop(left_out)
             cfg = supervise.with_dp(cfg, dp)
-            devices = devices[:num_devices(cfg.hardware)]
+            devices = devices[:ParallelLayout.from_config(cfg).devices]
             _refreeze(cfg, run_dir)
             budget.reset()
             _event(run_dir, "shrink", cause=failure.message, rank=left_out, device=device, exit=failure.exit,

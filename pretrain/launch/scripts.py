@@ -18,7 +18,7 @@ from typing import List
 from omegaconf import DictConfig
 
 from pretrain.config.compose import launchers_dir
-from pretrain.config.validate import num_devices
+from pretrain.config.layout import ParallelLayout
 from pretrain.launch.msrun import CLUSTER_TIME_OUT_S, command
 
 SHOWN_NODES = 4   # a dry run lists this many nodes' commands (and the last)
@@ -34,7 +34,7 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
     for name in ("msrun_node.sh", "slurm.sbatch", "ray_slurm.sbatch"):
         shutil.copy(Path(launchers_dir()) / name, out / name)
     workdir = shlex.quote(os.getcwd())
-    world, per_node = num_devices(hw), int(hw.devices_per_node)
+    world, per_node = ParallelLayout.from_config(cfg).devices, int(hw.devices_per_node)
     scripts = []
     for node in range(hw.num_nodes):
         script = out / f"node_{node}.sh"
@@ -96,7 +96,7 @@ def describe_nodes(cfg: DictConfig, run_dir: Path, *, written: bool) -> str:
     """How to start the nodes: the written scripts, or (dry run) each node's msrun command."""
     hw = cfg.hardware
     run_dir = run_dir.resolve()
-    head = (f"{num_devices(hw)} ranks on {hw.num_nodes} nodes x {hw.devices_per_node} devices ({hw.name}); "
+    head = (f"{ParallelLayout.from_config(cfg).devices} ranks on {hw.num_nodes} nodes x {hw.devices_per_node} devices ({hw.name}); "
             f"master {hw.master_addr}:{hw.master_port}")
     nodes = list(range(hw.num_nodes))
     shown = nodes if len(nodes) <= SHOWN_NODES + 1 else nodes[:SHOWN_NODES] + nodes[-1:]

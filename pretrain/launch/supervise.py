@@ -12,11 +12,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config.errors import PretrainRunError
+from pretrain.config.layout import ParallelLayout
+from pretrain.config.resilience import require, restart_problems
 
 USER_ERROR_EXIT = 2        # a rank refused its input: restarting cannot help
 GAVE_UP_EXIT = 75          # EX_TEMPFAIL, as the watchdog: the run is resumable, retry it elsewhere/later
@@ -39,6 +41,12 @@ class Failure:
 
 
 class RestartBudget:
+    @classmethod
+    def of(cls, res: Any) -> "RestartBudget":
+        """The budget the run config's resilience block sets (its rule: config/resilience.py)."""
+        require(restart_problems(res.max_restarts, res.restart_window))
+        return cls(int(res.max_restarts), float(res.restart_window))
+
     def __init__(self, max_restarts: int, window_s: float, clock: Callable[[], float] = time.monotonic):
         self.max_restarts, self.window_s, self.clock = int(max_restarts), float(window_s), clock
         self._spent: List[Tuple[float, int]] = []   # (when, failed rank)
@@ -73,7 +81,7 @@ def shrunk_dp(cfg: DictConfig, devices_left: int) -> Optional[int]:
     divides the global batch into whole micro-batches, and keeps at least hardware.min_devices
     devices; None when there is none below the current size."""
     p, gbs = cfg.parallel, int(cfg.train.global_batch_size)
-    per_replica = int(p.tp) * int(p.pp) * int(p.cp)
+    per_replica = ParallelLayout.from_config(cfg).group_sizes()["replica"]
     floor = int(cfg.hardware.get("min_devices", 1) or 1)
     for dp in range(min(int(p.dp) - 1, devices_left // per_replica), 0, -1):
         if gbs % (int(p.micro_batch_size) * dp) == 0 and dp * per_replica >= floor:
@@ -88,7 +96,7 @@ def with_dp(cfg: DictConfig, dp: int) -> DictConfig:
     p = out.parallel
     out.parallel.dp = dp
     out.train.grad_accum = int(out.train.global_batch_size) // (int(p.micro_batch_size) * dp)
-    out.hardware.devices_per_node = dp * int(p.tp) * int(p.pp) * int(p.cp)
+    out.hardware.devices_per_node = ParallelLayout.from_config(out).world_size
     return out
 
 

@@ -19,7 +19,9 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.train.schedule import end_lr
+from pretrain.config.attention import document_attention
+from pretrain.config.layout import ParallelLayout
+from pretrain.config.lr_levels import end_lr
 
 # (model_type, architecture) per (arch, moe)
 _CLASSES = {
@@ -32,8 +34,6 @@ _CLASSES = {
 # makes of the shards' input_ids (seq+1 tokens) and seg_lens (pretrain/data/loader.py), plus the
 # document-attention inputs of input_columns()
 INPUT_COLUMNS = ("input_ids", "labels", "loss_mask")
-# MindFormers' CausalMaskGenerate refuses mask compression below this sequence length
-_MIN_COMPRESSED_SEQ = 2048
 _LR_SCHEDULES = {
     "cosine": "CosineWithWarmUpLR",
     "linear": "LinearWithWarmUpLR",
@@ -57,19 +57,6 @@ def model_class(model: Any) -> tuple:
     """(model_type, architecture) of the registered MindFormers class that trains `model` (the
     combinations it cannot train are refused by pretrain/config/validate.py)."""
     return _CLASSES[(str(model.arch), int(model.num_experts or 0) > 0)]
-
-
-def document_attention(cfg: DictConfig) -> str:
-    """How packed documents are kept apart (pretrain/train/inputs.py feeds each mode):
-    "off" (data.document_mask=false: causal over the whole row); "compressed" on Ascend from
-    seq_length 2048, MindFormers' compressed EOD mask (use_eod_attn_mask_compression, flash
-    attention in TND layout fed actual_seq_len); "mask" otherwise (CPU, or shorter Ascend rows),
-    MindFormers' attention_mask input carrying the block-diagonal causal mask."""
-    if not bool(cfg.data.document_mask):
-        return "off"
-    if cfg.hardware.device != "cpu" and int(cfg.model.seq_length) >= _MIN_COMPRESSED_SEQ:
-        return "compressed"
-    return "mask"
 
 
 def input_columns(cfg: DictConfig) -> List[str]:
@@ -173,15 +160,8 @@ def context_block(cfg: DictConfig) -> Dict[str, Any]:
 
 
 def is_semi_auto(cfg: DictConfig) -> bool:
-    """Data parallel alone on our loop runs in MindSpore's DATA_PARALLEL mode (every rank a full
-    replica, our step all-reduces the gradients); any split of the model itself needs
-    SEMI_AUTO_PARALLEL, and so does data parallel on MindFormers' trainer, which in DATA_PARALLEL mode
-    resets parallel_config.data_parallel to 1 (BaseTrainer._check_global_batch_size_for_auto_parallel)
-    and then fails its own world-size check when it builds the Mcore model."""
-    from pretrain.config.validate import engine
-    p = cfg.parallel
-    split = not int(p.tp) == int(p.pp) == int(p.cp) == int(p.ep) == 1
-    return split or (engine(cfg) == "mindformers" and int(p.dp) > 1)
+    """MindSpore's SEMI_AUTO_PARALLEL mode rather than DATA_PARALLEL (ParallelLayout.semi_auto says why)."""
+    return ParallelLayout.from_config(cfg).semi_auto
 
 
 def pipeline_offset(cfg: DictConfig) -> Any:
@@ -217,10 +197,10 @@ def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
     """`use_parallel`, `parallel` (MindSpore's auto-parallel context, set as is by MindFormers'
     ParallelOperator), `parallel_config` (TransformerOpParallelConfig), `recompute_config` and
     `micro_batch_interleave_num`, the way MindFormers' own pretraining yamls spell them."""
-    p = cfg.parallel
-    dp, tp, pp, cp, ep, vpp = (int(p.dp), int(p.tp), int(p.pp), int(p.cp), int(p.ep), int(p.vpp))
-    zero = int(p.zero_stage)
-    semi = is_semi_auto(cfg)
+    p, lay = cfg.parallel, ParallelLayout.from_config(cfg)
+    dp, tp, pp, cp, ep, vpp = lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp
+    zero = lay.zero_stage
+    semi = lay.semi_auto
     parallel: Dict[str, Any] = {
         "parallel_mode": 1 if semi else 0,
         # DATA_PARALLEL: the gradient all-reduce averages over dp; semi-auto: the loss is already
@@ -230,7 +210,7 @@ def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
         "enable_alltoall": ep > 1,  # MoE token dispatch
         # ZeRO: MindSpore's optimizer parallel shards over each parameter's data-parallel group;
         # its level N shards what ZeRO stage N does (1: optimizer states, 2: + gradients, 3: + weights).
-        "enable_parallel_optimizer": zero >= 1 and dp * cp > 1,
+        "enable_parallel_optimizer": lay.sharded_optimizer,
     }
     if parallel["enable_parallel_optimizer"]:
         parallel["parallel_optimizer_config"] = {
@@ -270,7 +250,7 @@ def parallel_blocks(cfg: DictConfig) -> Dict[str, Any]:
         "mp_comm_recompute": True,
     }
     return {
-        "use_parallel": dp * tp * pp * cp > 1,
+        "use_parallel": lay.world_size > 1,
         "parallel": parallel,
         "parallel_config": parallel_config,
         "recompute_config": recompute,
@@ -291,6 +271,11 @@ def lr_schedule_block(phase: Any, steps: int, peak: float) -> Dict[str, Any]:
     if kind != "constant":
         block["lr_end"] = end_lr(phase.lr, peak)
     if kind == "wsd":
+        # MindFormers counts the decay from the phase's start: it begins at round(steps x (1 - fraction)).
+        # Ours (schedule.lr_at, and PretrainPhaseLR, which MindFormers' trainer runs from the per-phase
+        # yamls) decays over the last round(fraction x (steps - warmup)) steps: with warmup the two
+        # starts differ by about fraction x warmup steps. This block only spells the schedule for
+        # MindFormers' own trainer; nothing here trains with it.
         block["decay_start_steps"] = int(round(steps * (1.0 - float(phase.lr.wsd_decay_fraction))))
     return block
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from pretrain.config.layout import ParallelLayout, world_size
 from pretrain.config.validate import phases
 from pretrain.plan.formulas import (GB, ModelShape, ParamCount, activation_bytes_per_layer, bubble_fraction,
                                     bytes_per_param, checkpoint_overhead, chunks_in_flight, flops_per_token,
@@ -141,7 +142,7 @@ class Plan:
     efficiency: float            # train.efficiency: the assumed share of peak FLOP/s while computing
     target: Optional["Target"]   # the devices that finish within plan.target_days
     warnings: Tuple[str, ...]
-    engine: str = "pretrain"     # which engine trains it (pretrain.config.validate.engine)
+    engine: str = "pretrain"     # which engine trains it (pretrain.config.layout.ParallelLayout.engine)
 
     @property
     def peak(self) -> StageMemory:
@@ -163,7 +164,7 @@ def _get(node: Any, key: str, default: Any = None) -> Any:
 def _layout(cfg: Any) -> Layout:
     par, hw = cfg.parallel, cfg.hardware
     size = {k: max(int(_get(par, k, 1)), 1) for k in ("dp", "tp", "pp", "cp", "ep", "vpp")}
-    return Layout(**size, devices=size["dp"] * size["tp"] * size["pp"] * size["cp"],
+    return Layout(**size, devices=world_size(size),
                   micro_batch=max(int(_get(par, "micro_batch_size", 1)), 1),
                   micro_batches=_micro_batches(cfg),
                   zero_stage=int(_get(par, "zero_stage", 0)),
@@ -352,10 +353,9 @@ def plan(cfg: Any) -> Plan:
 
 
 def _engine_of(cfg: Any) -> str:
-    from pretrain.config.validate import engine
     try:
-        return engine(cfg)
-    except (AttributeError, KeyError):   # a partial config (a layout tried by suggest.py): no train.engine
+        return ParallelLayout.from_config(cfg).engine
+    except (AttributeError, KeyError, TypeError):   # a partial config (a layout tried by suggest.py)
         return "pretrain"
 
 
@@ -371,7 +371,7 @@ def _target(cfg: Any, lay: Layout, days: float, target_days: float) -> Target:
 def _warnings(cfg: Any, lay: Layout, peak: StageMemory, capacity: float, naive: float, bubble: float,
               comm: Comm, step_s: float, ckpt: CheckpointPlan) -> List[str]:
     out = []
-    if peak.total_gb > capacity:   # the refusal itself is validate.memory_problems' line
+    if peak.total_gb > capacity:   # the refusal itself is plan.verdict.memory_problems' line
         if naive <= capacity:
             out.append(f"the fully sharded states figure ({naive:.1f} GB/device) fits, but it ignores "
                        f"gradients, activations and logits")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
-from pretrain.io import fsync_dir, write_atomic
+from pretrain.io import fsync_path, write_atomic
 from pretrain.resilience import faults
 from pretrain.resilience.events import EventLog
 
@@ -171,7 +171,7 @@ class CheckpointManager:
             if injected is not None:
                 injected.during_save(step)
             write_atomic(tmp / STATE, state_bytes)
-            _fsync_file(tmp / WEIGHTS)
+            fsync_path(tmp / WEIGHTS)
             manifest = {"version": MANIFEST_VERSION, "step": step, "tag": tag, "created": created,
                         "config_hash": self.config_hash,
                         "files": {name: _describe(tmp / name) for name in (WEIGHTS, STATE)}}
@@ -181,7 +181,7 @@ class CheckpointManager:
                 aside = self.directory / f".trash-{final.name}-{os.getpid()}"
                 os.rename(final, aside)
             os.rename(tmp, final)
-            fsync_dir(self.directory)
+            fsync_path(self.directory)
         except Exception as e:  # the disk, the serializer or the rename: all leave nothing published
             shutil.rmtree(tmp, ignore_errors=True)
             if aside is not None and not final.exists():
@@ -323,7 +323,7 @@ class CheckpointManager:
         try:
             qdir.mkdir(exist_ok=True)
             os.rename(info.path, target)
-            fsync_dir(self.directory)
+            fsync_path(self.directory)
             write_atomic(target.with_name(target.name + ".reason"), problem + "\n")
         except OSError as e:
             self._log("error", step=info.step, path=str(info.path), reason=f"quarantine failed: {e}")
@@ -475,10 +475,3 @@ def _sha256(path: Path) -> str:
 def _describe(path: Path) -> Dict[str, Any]:
     return {"size": path.stat().st_size, "sha256": _sha256(path)}
 
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

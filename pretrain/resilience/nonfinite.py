@@ -1,17 +1,18 @@
 """Counting steps whose loss or gradients were not finite.
 
-The skip itself happens inside the compiled train step (all_finite + a conditional optimizer
-update, and the loss scaler backs off), so a NaN never reaches the weights. This guard only
-keeps count across steps, and stops the run with a clear error when the skips do not end."""
+The skip itself happens inside the compiled train step (pretrain/train/step.py: ops.isfinite of the
+global gradient norm, which any NaN or Inf makes non-finite, gates the optimizer update, and the
+loss scaler backs off), so a NaN never reaches the weights. This guard only keeps count across
+steps, and stops the run with a clear error when the skips do not end."""
 from typing import Any, Dict
 
-from pretrain.config.errors import PretrainConfigError, PretrainRunError
+from pretrain.config.errors import PretrainRunError
+from pretrain.config.resilience import nonfinite_problems, require
 
 
 class NonFiniteGuard:
     def __init__(self, *, max_consecutive: int):
-        if max_consecutive < 1:
-            raise PretrainConfigError(f"resilience.max_nonfinite_in_row={max_consecutive}: must be >= 1")
+        require(nonfinite_problems(max_consecutive))
         self.max_consecutive = max_consecutive
         self.consecutive = 0
         self.total_skipped = 0

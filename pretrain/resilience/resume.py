@@ -8,7 +8,7 @@ checkpoint that verifies (CheckpointManager.latest() logs each newer one it pass
     which the phase hands off from (its schedule starts from that checkpoint's LR).
 Anything else is a one-line error naming the checkpoint and what to do.
 
-A phase run alone whose own directory holds no checkpoint yet is a branch (pretrain/train/
+A phase run alone whose own directory holds no checkpoint yet is a branch (pretrain/config/
 branch.py): it hands off from the previous phase's final checkpoint of the base run that
 train.init_from names (a run dir, its checkpoints/ dir, or one checkpoint dir). The base run is
 only read, never written: a branch saves into its own run dir, and a restarted branch resumes
@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience.checkpoint import MANIFEST, CheckpointInfo, CheckpointManager, read_state, verify
+from pretrain.resilience.identity import architecture, final_tag
 
 
 @dataclass(frozen=True)
@@ -123,12 +124,33 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
     return [(k, old.get(k), new.get(k)) for k in changed]
 
 
+def start_point(
+    cfg: Any, checkpoints: CheckpointManager
+) -> Tuple[Optional[Start], List[Tuple[str, Any, Any]]]:
+    """Where this run continues from, and the config changes it makes to its own checkpoint's run
+    (each allowed by resume.RESUMABLE; any other raises). Run by the launcher before it replaces
+    run_dir/config.yaml, and again by every rank, which may read a config.yaml edited since."""
+    from omegaconf import OmegaConf
+
+    from pretrain.config.branch import base_command, branches_from
+    from pretrain.config.validate import phases
+
+    names = [str(p.name) for p in phases(cfg)]
+    # a later phase alone with no checkpoint of its own branches from train.init_from
+    start = find_start(names, branches_from(names), checkpoints, init_from=cfg.train.init_from,
+                       train_first=base_command(cfg))
+    if start is None or start.handoff:   # a hand-off starts another phase: its config differs by design
+        return start, []
+    saved = read_state(start.info).get("config")
+    now = OmegaConf.to_container(cfg, resolve=True)
+    return start, resume_changes(saved, now, f"checkpoint {start.info.path}")
+
+
 def check_branch(cfg: Any) -> None:
     """Before data preparation and msrun: a branch with no checkpoint of its own must find the one
     it starts from, of this model (one line, exit 2, naming the run to train first)."""
     from pretrain.config.validate import phases
-    from pretrain.train.branch import base_command, branches_from
-    from pretrain.train.runner import architecture
+    from pretrain.config.branch import base_command, branches_from
 
     names = [str(p.name) for p in phases(cfg)]
     previous, own = branches_from(names), Path(cfg.run_dir) / "checkpoints"
@@ -150,8 +172,6 @@ def check_branch(cfg: Any) -> None:
 def branch_point(phase: str, previous: str, init_from: str, train_first: str = "") -> CheckpointInfo:
     """The checkpoint a branch `phase` starts from: `init_from` itself when it is one checkpoint,
     else the newest verified final checkpoint of `previous` in that run's checkpoints. Read only."""
-    from pretrain.train.trainer import final_tag
-
     path = Path(init_from)
     train_base = (f"train it first ({train_first or 'python -m pretrain'}, with the same model overrides), "
                   f"or name a checkpoint with train.init_from=PATH")

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
-from pretrain.config.errors import PretrainConfigError, PretrainRunError
+from pretrain.config.errors import PretrainRunError
+from pretrain.config.resilience import require, watchdog_problems
 from pretrain.resilience.events import EventLog
 
 HANG_EXIT_CODE = 75
@@ -76,9 +77,7 @@ class Watchdog:
     def __init__(self, timeout_s: float, *, first_timeout_s: Optional[float] = None,
                  stacks_path: Union[str, os.PathLike, None] = None, events: Optional[EventLog] = None,
                  exit_code: int = HANG_EXIT_CODE, backstop_s: float = 60.0):
-        if timeout_s <= 0 or (first_timeout_s is not None and first_timeout_s <= 0):
-            raise PretrainConfigError(f"resilience.watchdog_timeout_s={timeout_s}, first_step_timeout_s="
-                                      f"{first_timeout_s}: both must be > 0 seconds")
+        require(watchdog_problems(timeout_s, first_timeout_s))
         self.timeout_s = timeout_s
         self.first_timeout_s = first_timeout_s if first_timeout_s is not None else timeout_s
         self.stacks_path = Path(stacks_path) if stacks_path is not None else None

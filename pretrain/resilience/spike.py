@@ -5,12 +5,13 @@ A spike is `consecutive` steps in a row whose loss is above a threshold computed
 mean + sigma × std. Suspect losses never enter the window, so a spike cannot raise its own bar,
 and a short run of outliers that ends before `consecutive` is dropped as noise.
 
-How the training loop uses it on a spike (observe() returned True):
+How the training loop uses it on a spike (observe() returned True; pretrain/resilience/keeper.py):
     guard.record_rollback(step)                      # raises past max_rollbacks within the window
     start, end = guard.last_spike                    # first suspect step .. confirming step
-    info = ckpt.latest(before_step=start)            # weights from before the loss rose
+    info = ckpt.latest(before_step=start - 1)        # from before the update of step start-1, the
+                                                     # one that may have broken the model
     ckpt.discard_from(info.step + 1, "rollback")     # a crash must not resume into the spike
-    ... load info, skip the data of steps start..end, then guard.rewind(info.step)
+    ... load info, skip the data of steps start-1..end, then guard.rewind(info.step)
 The guard's own state is NOT reloaded from the checkpoint on a rollback: its rollback history must
 survive the rollback, and its window already holds only the pre-spike losses.
 """
@@ -18,23 +19,17 @@ import math
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from pretrain.config.errors import PretrainConfigError, PretrainRunError
-
-RULES = ("ratio", "sigma")
+from pretrain.config.errors import PretrainRunError
+from pretrain.config.resilience import require, spike_problems
 
 
 class SpikeGuard:
     def __init__(self, *, rule: str = "ratio", ratio: float = 2.0, consecutive: int = 10, window: int = 50,
                  sigma: float = 6.0, warmup_steps: int = 20, max_rollbacks: int = 3,
                  rollback_window_steps: int = 1000):
-        _require(rule in RULES, "spike_rule", rule, f"one of {RULES}")
-        _require(ratio > 1.0, "spike_ratio", ratio, "> 1 (a loss above ratio x the recent mean)")
-        _require(consecutive >= 1, "spike_consecutive", consecutive, ">= 1")
-        _require(window >= 2, "spike_window", window, ">= 2 (a mean and a std need two losses)")
-        _require(sigma > 0, "spike_sigma", sigma, "> 0")
-        _require(warmup_steps >= 0, "spike_warmup_steps", warmup_steps, ">= 0")
-        _require(max_rollbacks >= 0, "max_rollbacks", max_rollbacks, ">= 0")
-        _require(rollback_window_steps >= 1, "rollback_window_steps", rollback_window_steps, ">= 1")
+        require(spike_problems(rule=rule, ratio=ratio, consecutive=consecutive, window=window, sigma=sigma,
+                               warmup_steps=warmup_steps, max_rollbacks=max_rollbacks,
+                               rollback_window_steps=rollback_window_steps))
         self.rule, self.ratio, self.sigma = rule, ratio, sigma
         self.consecutive, self.warmup_steps = consecutive, warmup_steps
         self.max_rollbacks, self.rollback_window_steps = max_rollbacks, rollback_window_steps
@@ -107,8 +102,3 @@ class SpikeGuard:
         self._accepted = int(state["accepted"])
         self._rollbacks = [int(s) for s in state["rollbacks"]]
         self.last_spike = tuple(state["last_spike"]) if state["last_spike"] else None
-
-
-def _require(ok: bool, key: str, value: Any, rule: str) -> None:
-    if not ok:
-        raise PretrainConfigError(f"resilience.{key}={value!r}: must be {rule}")

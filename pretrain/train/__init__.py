@@ -1,2 +1,3 @@
-"""Training: the LR schedule, the GRAPH-mode step, the Trainer loop, metrics and the runner
-(`pretrain.train.runner.run(cfg)`). Only step.py/trainer.py/runner.py import mindspore, lazily."""
+"""Training: the LR schedule, the GRAPH-mode step, the Trainer, the loop (`pretrain.train.loop.run(cfg)`),
+what it is built from (build.py), metrics and the run's summary. Only step.py/trainer.py/build.py/loop.py
+import mindspore, lazily."""

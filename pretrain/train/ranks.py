@@ -10,6 +10,8 @@ import hashlib
 import os
 from typing import Any, Dict, List, Tuple
 
+from pretrain.config.layout import ParallelLayout
+
 MAX_ROW_DIGESTS = 4096  # rows listed one by one in the evidence; the running digest covers all
 
 
@@ -18,19 +20,15 @@ def rank_info() -> Tuple[int, int]:
 
 
 def data_parallel_rank(cfg: Any) -> Tuple[int, int]:
-    """(dp_rank, dp_size) in MindSpore's device order, which MindFormers' dataset sharding also
-    uses: pipeline stages outermost (world // pp consecutive ranks per stage), then data parallel,
-    then the tp·cp ranks of one replica's stage, which read the same data."""
+    """(dp_rank, dp_size) of this process (the rule: ParallelLayout.dp_rank)."""
     rank, world = rank_info()
-    dp, pp = int(cfg.parallel.dp), int(cfg.parallel.pp)
-    stage = max(1, world // pp)
-    per_replica = max(1, stage // dp)
-    return min((rank % stage) // per_replica, dp - 1), dp
+    layout = ParallelLayout.from_config(cfg)
+    return layout.dp_rank(rank, world), layout.dp
 
 
 def is_logging_rank() -> bool:
-    """Rank 0 writes the run's metrics, plots, exports and checkpoints."""
-    return rank_info()[0] == 0
+    """Rank 0 writes the run's metrics, plots, exports and checkpoints (ParallelLayout.writes_run_files)."""
+    return ParallelLayout.writes_run_files(rank_info()[0])
 
 
 def all_sum(value: float, degree: int) -> float:

@@ -9,7 +9,8 @@ Within one phase of n steps (0-based step i is the LR of the i-th update):
              peak, so phase.lr.peak=3e-5 from the CLI moves the end with it
     decay  = the remaining steps, from peak to end, reaching `end` exactly on step n-1:
              cosine | linear | constant (stays at peak) | wsd (stable, then linear over the last
-             wsd_decay_fraction of the phase)
+             round(wsd_decay_fraction x the decay span) steps, at least 1: the steps after warmup,
+             not the whole phase)
 So a phase that continues (peak None, no warmup) starts one decay step below where the previous
 one ended: the schedule is continuous across phase boundaries. The default curriculum
 (conf/phase/*.yaml): general peak P -> 0.3 P; reasoning continues, x 1/3 -> P/10; anneal
@@ -18,9 +19,10 @@ continues, x 1/10 -> P/100 (levels() gives these without step counts).
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence
 
 from pretrain.config.errors import PretrainConfigError
+from pretrain.config.lr_levels import end_lr, levels  # noqa: F401  (levels: part of the schedule's API)
 
 
 @dataclass(frozen=True)
@@ -43,24 +45,6 @@ class PhaseLR:
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
-
-
-def end_lr(lr_cfg: Any, peak: float) -> float:
-    """phase.lr.end when set, else peak x phase.lr.end_ratio (for a continuing phase, peak is the LR
-    the previous phase ended at)."""
-    end = getattr(lr_cfg, "end", None)
-    return float(end) if end is not None else float(peak) * float(getattr(lr_cfg, "end_ratio", 0.1))
-
-
-def levels(phases: Sequence[Any], start: float = 0.0) -> List[Tuple[float, float]]:
-    """(peak, end) of each phase of a chain, each continuing phase from the previous one's end: the
-    LR levels a curriculum passes through, independent of the phases' step counts."""
-    out: List[Tuple[float, float]] = []
-    for phase in phases:
-        begin = out[-1][1] if out else start
-        peak = begin if phase.lr.peak is None else float(phase.lr.peak)
-        out.append((peak, end_lr(phase.lr, peak)))
-    return out
 
 
 def phase_lr(name: str, steps: int, lr_cfg: Any, start: float) -> PhaseLR:

@@ -1,0 +1,120 @@
+"""`python -m pretrain.tools.imports`: the import graph between pretrain's subpackages.
+
+Read from the source (ast), so it counts the lazy imports inside functions too, and imports
+nothing it reads. A module's layer is its subpackage (pretrain/data/... -> data) or, for a
+top-level module, its name (pretrain/app.py -> app). Imports only point down this order:
+
+    0  io, config          pure Python: the composed config, its rules, the one parallel layout
+    1  plan, data, model   planner formulas; data pipeline and loader; the MindFormers model
+    2  resilience          checkpoints, guards, signals, resume rules
+    3  train, engine,      this project's training loop; MindFormers' trainer; the run
+       rundir              directory's lock and checks
+    4  launch              hand a frozen run to its process(es)
+    5  app, worker, sweep  the entrypoints: one job, one rank, a sweep's summary
+    6  bench, tools        measurements and developer tools on top of everything
+
+A module may import its own subpackage and any lower layer; layers of the same rank do not import
+each other (data does not know the model, the model does not know the planner), except the pairs
+in ALLOWED_PEERS. `tests/test_layers.py` fails on any other arrow.
+"""
+import ast
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, Iterator, Set, Tuple
+
+PACKAGE = Path(__file__).resolve().parents[1]
+LAYERS: Dict[str, int] = {
+    "io": 0, "config": 0,
+    "plan": 1, "data": 1, "model": 1,
+    "resilience": 2,
+    "train": 3, "engine": 3, "rundir": 3,
+    "launch": 4,
+    "app": 5, "worker": 5, "sweep": 5, "__main__": 5,
+    "bench": 6, "tools": 6,
+}
+ALLOWED_PEERS: Set[Tuple[str, str]] = {
+    ("engine", "train"),  # MindFormers' engine feeds our loader, inputs, LR schedule; engine.train dispatches
+    ("app", "sweep"),     # a sweep job writes its row
+    ("__main__", "app"),
+}
+
+
+def layer_of(module: str) -> str:
+    """pretrain.data.loader -> data; pretrain.app -> app; pretrain -> __main__ (the package)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__main__"
+
+
+def modules(package: Path = PACKAGE) -> Iterator[Tuple[str, Path]]:
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def imports_of(module: str, path: Path, known: Set[str] = frozenset()) -> Set[str]:
+    """The pretrain.* modules `module` imports anywhere in its file (top level or inside functions);
+    `from pkg import name` counts as pkg.name where that is one of the `known` modules."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "pretrain")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:   # relative: from . import x / from ..data import y
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            if base.split(".")[0] == "pretrain":
+                subs = {f"{base}.{a.name}" for a in node.names} & set(known)
+                found.update(subs or {base})
+    return found
+
+
+def graph(package: Path = PACKAGE) -> Dict[str, Dict[str, Set[str]]]:
+    """layer -> imported layer -> the importing modules (arrows within a layer left out)."""
+    edges: Dict[str, Dict[str, Set[str]]] = defaultdict(lambda: defaultdict(set))
+    known = {module for module, _ in modules(package)}
+    for module, path in modules(package):
+        for target in imports_of(module, path, known):
+            a, b = layer_of(module), layer_of(target)
+            if a != b:
+                edges[a][b].add(f"{module} -> {target}")
+    return edges
+
+
+def upward(package: Path = PACKAGE) -> Iterator[str]:
+    """Each import that points up the layer order or sideways between layers of the same rank."""
+    for a, targets in sorted(graph(package).items()):
+        for b, where in sorted(targets.items()):
+            if LAYERS.get(b, 99) > LAYERS.get(a, 99) or (
+                LAYERS.get(b) == LAYERS.get(a) and (a, b) not in ALLOWED_PEERS
+            ):
+                for line in sorted(where):
+                    yield f"{a}({LAYERS.get(a)}) imports {b}({LAYERS.get(b)}): {line}"
+
+
+def main(argv=None) -> int:
+    verbose = "-v" in (sys.argv[1:] if argv is None else argv)
+    edges = graph()
+    print("layer(rank) -> the layers it imports (number of module -> module imports)")
+    for a in sorted(set(edges) | set(LAYERS), key=lambda x: (LAYERS.get(x, 99), x)):
+        targets = sorted(edges.get(a, {}), key=lambda x: (LAYERS.get(x, 99), x))
+        print(f"{a:<11}({LAYERS.get(a, '?')}) -> "
+              + (", ".join(f"{b}({len(edges[a][b])})" for b in targets) or "nothing outside itself"))
+        if verbose:
+            for b in targets:
+                for line in sorted(edges[a][b]):
+                    print(f"{'':16}{line}")
+    bad = list(upward())
+    print(f"{len(bad)} import(s) against the layer order" + (":" if bad else ""))
+    for line in bad:
+        print("  " + line)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The pieces the training loop (pretrain/train/loop.py) is built from: the model and its Trainer,
+each phase's loaders (its data mix for this data-parallel rank), the checkpoint manager, the
+exported mindformers.yaml, and what a rank reports of what it trained."""
+
+import zlib
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from pretrain.config.layout import ParallelLayout
+from pretrain.io import write_atomic
+from pretrain.model import builder, mindformers_config
+from pretrain.plan.planner import flops_per_token, model_shape
+from pretrain.resilience import guards as resilience
+from pretrain.resilience.checkpoint import CheckpointManager
+from pretrain.resilience.events import EventLog
+from pretrain.resilience.identity import architecture, architecture_hash
+from pretrain.train import ranks
+from pretrain.train.metrics import MetricsWriter
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+
+def pad_token_id(tokenizer_path: str) -> int:
+    """The tokenizer's padding id, -1 when it has none (then no token is masked out as padding;
+    the loader's loss mask still excludes padded positions)."""
+    from pretrain.data.tokenizer import load
+
+    return int(load(Path(tokenizer_path)).pad_id())
+
+
+def phase_seed(cfg: DictConfig, name: str) -> int:
+    # The same phase samples the same batches whether it runs alone or inside the curriculum.
+    return int(cfg.train.seed) + zlib.crc32(name.encode()) % 100003
+
+
+def checkpoint_manager(cfg: DictConfig, layout: ParallelLayout, rank: int,
+                       events: Optional[EventLog]) -> CheckpointManager:
+    """run_dir/checkpoints/: every rank reads it (resume, rollback); the rank the layout names writes."""
+    run_dir = Path(cfg.run_dir)
+    return CheckpointManager(
+        layout.checkpoint_dir(run_dir, 0),
+        keep_latest=int(cfg.train.keep_checkpoint_max),
+        events=events,
+        config_hash=architecture_hash(architecture(cfg)),
+        async_save=bool(cfg.resilience.async_save),
+        writer=layout.checkpoint_dir(run_dir, rank) is not None,
+        start_fresh=bool(cfg.resilience.start_fresh),
+    )
+
+
+def rank_evidence(trainer: Trainer, fed: ranks.RowLog, results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The rows this rank trained on, the last loss it saw (the mean over the data-parallel ranks)
+    and, for data-parallel replicas (which must end identical), a digest of its final weights."""
+    out = {"data_parallel": trainer.step.data_parallel, **fed.evidence(),
+           "loss_last": results[-1]["loss_last"] if results else None}
+    if trainer.step.data_parallel > 1:
+        out["params_sha256"] = ranks.params_digest(trainer.step.net)
+    return out
+
+
+def phase_plans(
+    cfg: DictConfig, prepared: Dict[str, Any], plist: List[Any], schedules: List[Any]
+) -> List[PhasePlan]:
+    """Each phase's schedule and its train / validation loaders over its data mix, for this dp rank."""
+    dp_rank, dp_size = ranks.data_parallel_rank(cfg)
+    plans = []
+    for phase, lr in zip(plist, schedules, strict=True):
+        val = (
+            make_loader(cfg, prepared, phase, "val", dp_rank, dp_size) if cfg.data.val_fraction > 0 else None
+        )
+        plans.append(
+            PhasePlan(str(phase.name), lr, make_loader(cfg, prepared, phase, "train", dp_rank, dp_size), val)
+        )
+    return plans
+
+
+def build_trainer(
+    cfg: DictConfig,
+    pad: int,
+    metrics: MetricsWriter,
+    checkpoints: Optional[CheckpointManager],
+    events: Optional[EventLog] = None,
+) -> Trainer:
+    """The MindFormers model, its GRAPH-mode step and the loop around it."""
+    import mindspore as ms
+
+    from pretrain.train.step import TrainStep, train_step_args
+
+    ms.set_seed(int(cfg.train.seed))
+    net = builder.build_model(cfg, pad_token_id=pad)
+    t = cfg.train
+    step = TrainStep(net, lr=0.0, **train_step_args(cfg))
+    seq = int(cfg.model.seq_length)
+    throughput = Throughput(
+        tokens_per_step=int(t.global_batch_size) * seq,
+        devices=ParallelLayout.from_config(cfg).world_size,
+        flops_per_token=flops_per_token(model_shape(cfg.model), seq),
+        peak_flops=float(cfg.hardware.peak_tflops) * 1e12,
+    )
+    return Trainer(
+        step,
+        metrics=metrics,
+        throughput=throughput,
+        grad_accum=int(t.grad_accum),
+        arch=architecture(cfg),
+        log_every=t.log_every,
+        eval_every=t.eval_every,
+        eval_batches=t.eval_batches,
+        checkpoints=checkpoints,
+        save_every_steps=t.save_every_steps,
+        save_every_minutes=t.save_every_minutes,
+        saving=ranks.is_logging_rank(),
+        events=events,
+        spike=resilience.spike_guard(cfg.resilience),
+        nonfinite=resilience.nonfinite_guard(cfg.resilience),
+        run_config=OmegaConf.to_container(cfg, resolve=True),
+    )
+
+
+def export_mindformers_yaml(
+    cfg: DictConfig, run_dir: Path, first: Any, steps: int, peak: float, prepared: Dict[str, Any], pad: int
+) -> None:
+    files = [str(f) for name in first.mix for f in prepared[name].train_shards]
+    exported = mindformers_config.export(
+        cfg,
+        first_phase=first,
+        first_phase_steps=steps,
+        first_phase_peak=peak,
+        train_files=files,
+        pad_token_id=pad,
+    )
+    write_atomic(run_dir / "mindformers.yaml", mindformers_config.to_yaml(exported))
+
+
+def make_loader(
+    cfg: DictConfig, prepared: Dict[str, Any], phase: Any, split: str, dp_rank: int, dp_size: int
+) -> Any:
+    from pretrain.data.loader import BatchLoader
+
+    per_step = int(cfg.parallel.micro_batch_size) * (int(cfg.train.grad_accum) if split == "train" else 1)
+    return BatchLoader(
+        prepared,
+        {k: float(v) for k, v in phase.mix.items()},
+        batch_size=per_step,
+        seq_length=int(cfg.model.seq_length),
+        seed=phase_seed(cfg, str(phase.name)),
+        dp_rank=dp_rank,
+        dp_size=dp_size,
+        split=split,
+    )

@@ -1,0 +1,142 @@
+"""`run(cfg)`: train the composed config's phases in this process and return the run's summary.
+
+Read top to bottom: build (model, data, checkpoints) -> resume -> for each phase, for each step:
+step, log, eval, save -> summarise. The resilience guards are one component (`trainer.keeper`,
+pretrain/resilience/keeper.py) the loop calls in one line each: resume, after_step (non-finite
+count, spike rollback), stop_requested (SIGTERM/SIGINT). A later phase run alone starts from the
+previous phase's final checkpoint of the base run (pretrain/config/branch.py).
+Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
+rank loads the same checkpoint.
+"""
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+from omegaconf import DictConfig
+
+from pretrain.config import validate
+from pretrain.config.layout import ParallelLayout
+from pretrain.config.validate import phase_steps, phases
+from pretrain.data.checks import check_prepared
+from pretrain.model import builder
+from pretrain.resilience import guards
+from pretrain.resilience.events import EventLog
+from pretrain.resilience.identity import final_tag
+from pretrain.resilience.resume import start_point
+from pretrain.resilience.signals import GracefulStop
+from pretrain.train import build, ranks
+from pretrain.train.metrics import MetricsWriter
+from pretrain.train.schedule import curriculum
+from pretrain.train.summary import boundary_line, finish, phase_result
+from pretrain.train.trainer import PhasePlan, Trainer
+
+
+def run(cfg: DictConfig) -> Dict[str, Any]:
+    started = time.perf_counter()
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    builder.prepare_environment(str(run_dir))  # before anything imports mindspore / mindformers
+    plist = phases(cfg)
+    validate.check(cfg)            # the frozen config is what ranks train: the launch's rules hold here too
+    validate.check_trainable(cfg)
+    steps = [phase_steps(cfg, ph) for ph in plist]
+
+    # build: where the run starts (before the slow parts), the data, the model
+    rank = ranks.rank_info()[0]
+    logging_rank = ParallelLayout.writes_run_files(rank)
+    events = EventLog(run_dir / "events.jsonl") if logging_rank else None
+    checkpoints = build.checkpoint_manager(cfg, ParallelLayout.from_config(cfg), rank, events)
+    start, changes = start_point(cfg, checkpoints)
+    from pretrain.data.prepare import prepare
+
+    prepared = prepare(cfg.data, progress=logging_rank)
+    check_prepared(cfg, prepared)
+    pad = build.pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
+    metrics = MetricsWriter(run_dir, enabled=logging_rank)
+    trainer = build.build_trainer(cfg, pad, metrics, checkpoints, events)
+
+    # resume (or start fresh), then each phase's schedule from where the run stands
+    trainer.keeper.resume(trainer, start, changes, phases=[str(p.name) for p in plist])
+    schedules = curriculum(plist, steps, start=trainer.state.lr_start)
+    plans = build.phase_plans(cfg, prepared, plist, schedules)
+    fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)
+    for plan in plans:
+        plan.loader = fed.watch(plan.loader)
+    if logging_rank:
+        build.export_mindformers_yaml(cfg, run_dir, plist[0], steps[0], schedules[0].peak, prepared, pad)
+        events.log("start", step=trainer.state.global_step, phases=[p.name for p in plans], steps=steps)
+
+    # train, under the signal handler and the watchdog
+    try:
+        with GracefulStop() as stop, guards.watchdog(cfg.resilience, run_dir, events, rank=rank) as dog:
+            # every rank of the job agrees on a stop, so all of them stop after the same step
+            trainer.stop, trainer.watchdog = ranks.agreed_stop(stop), dog
+            results = train(trainer, plans)
+    finally:
+        metrics.close()
+        checkpoints.close()
+
+    # summarise: summary.json, the loss curve and the table (rank 0); what this rank trained (every rank)
+    summary = finish(run_dir, trainer, results, time.perf_counter() - started, checkpoints.directory, events)
+    summary["rank_evidence"] = build.rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
+    return summary
+
+
+def train(trainer: Trainer, plans: List[PhasePlan]) -> List[Dict[str, Any]]:
+    """Train the plans' phases in order, skipping those a resumed state already finished;
+    stops early (trainer.stopped) on SIGTERM/SIGINT."""
+    results = []
+    total = sum(p.steps for p in plans)
+    for k, plan in enumerate(plans, 1):
+        if plan.name in trainer.state.phases_done:
+            continue
+        if trainer.keeper.stop_requested(trainer):  # arrived during the previous phase's final save
+            break
+        trainer.overall = f"[{k}/{len(plans)}] " if len(plans) > 1 else ""
+        results.append(train_phase(trainer, plan))
+        if trainer.stopped:
+            break
+        trainer.metrics.note(boundary_line(results[-1], plans[k:], total, trainer.throughput.tokens_per_step))
+    return results
+
+
+def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
+    """One phase, step by step: step, log, (roll back,) eval, save, stop on a signal."""
+    s, keeper, metrics = trainer.state, trainer.keeper, trainer.metrics
+    if s.phase != plan.name:
+        s.phase, s.phase_step = plan.name, 0
+        keeper.new_phase()
+    started = time.perf_counter()
+    losses: Dict[int, float] = {}  # global step -> loss, of the steps this process ran
+    val: Dict[int, float] = {}
+    first_step = s.global_step + 1
+    metrics.start_phase(plan.name, plan.steps, done=s.phase_step, overall=trainer.overall)
+    while s.phase_step < plan.steps:
+        record = trainer.train_step(plan)
+        keeper.beat(s.global_step)
+        losses[s.global_step] = record["loss"]
+        metrics.progress(record)
+        last = s.phase_step == plan.steps
+        if s.global_step % trainer.log_every == 0 or last:
+            metrics.log(record)
+        if keeper.after_step(trainer, plan, record):  # a spike rolled the run back: forget what came after
+            losses = {k: v for k, v in losses.items() if k <= s.global_step}
+            val = {k: v for k, v in val.items() if k <= s.global_step}
+            continue
+        evaluate = last or (trainer.eval_every and s.phase_step % trainer.eval_every == 0)
+        if plan.val_loader is not None and evaluate:
+            keeper.slow_ahead(s.global_step)  # the first evaluation compiles its graph
+            val[s.global_step] = trainer.evaluate(plan)
+            keeper.beat(s.global_step)
+            metrics.log({"kind": "val", "step": s.global_step, "phase": plan.name,
+                         "val_loss": val[s.global_step]})
+        if not last and trainer.save_due():
+            trainer.save()
+        if not last and keeper.stop_requested(trainer):
+            break
+    metrics.end_phase()
+    if not trainer.stopped:
+        s.phases_done.append(plan.name)
+        trainer.save(tag=final_tag(plan.name))
+    return phase_result(plan, first_step, s.global_step, bool(trainer.stopped), time.perf_counter() - started,
+                        losses, val, trainer.throughput.tokens_per_step)

@@ -1,0 +1,108 @@
+"""What the loop prints and writes about a phase and a run: each phase's result record, the line at
+a phase boundary, the run's summary (summary.json, loss curve, table), and the hint a stopped run
+ends with."""
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from pretrain.io import write_atomic
+from pretrain.train.metrics import METRICS_FILE, mean_of
+from pretrain.train.plot import plot_curves
+
+
+def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: float, checkpoints: Path,
+           events: Optional[Any]) -> Dict[str, Any]:
+    """The run's summary; on the logging rank (`events` set) also its `finish` event, summary.json,
+    loss curve and table, or the line that says there was nothing left to train."""
+    summary = {
+        "run_dir": str(run_dir),
+        "phases": results,
+        "global_step": trainer.state.global_step,
+        "params": sum(int(p.size) for p in trainer.step.net.trainable_params()),
+        "wall_s": wall_s,
+    }
+    if trainer.stopped:
+        summary["stopped"] = trainer.stopped
+    if events is None:
+        return summary
+    if not trainer.stopped:
+        events.log("finish", step=trainer.state.global_step, wall_s=round(summary["wall_s"], 2))
+    events.close()
+    if not results and not trainer.stopped:   # the finished run's summary.json stays as it was
+        print(f"nothing to train: every phase of this run is already done ({checkpoints}); "
+              f"use another run_dir to train again", flush=True)
+    else:
+        plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
+        write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+        print(format_summary(summary), flush=True)
+    if trainer.stopped:
+        print(resume_hint(trainer.stopped, trainer.state.global_step, checkpoints), flush=True)
+    return summary
+
+
+def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall: float,
+                 losses: Dict[int, float], val: Dict[int, float], tokens_per_step: int) -> Dict[str, Any]:
+    """One phase's record in summary.json: losses and val losses keyed by global step."""
+    steps = [losses[k] for k in sorted(losses)]
+    vals = [val[k] for k in sorted(val)]
+    return {
+        "phase": plan.name,
+        "steps": plan.steps,
+        "first_step": first_step,
+        "last_step": last_step,
+        "stopped": stopped,
+        "tokens": plan.steps * tokens_per_step,
+        "wall_s": wall,
+        "loss_first": steps[0] if steps else None,
+        "loss_last": steps[-1] if steps else None,
+        "loss_start_mean": mean_of(steps, first=True) if steps else None,
+        "loss_end_mean": mean_of(steps, first=False) if steps else None,
+        "val_loss_first": vals[0] if vals else None,
+        "val_loss_last": vals[-1] if vals else None,
+        "lr_first": plan.lr.at(0),
+        "lr_last": plan.lr.final,
+        "tokens_per_s": len(steps) * tokens_per_step / wall if steps else None,
+    }
+
+
+def boundary_line(done: Dict[str, Any], rest: List[Any], total: int, tokens_per_step: int) -> str:
+    """One line at the end of a phase: how it went, where the whole run stands, what is next."""
+    val = f", val {done['val_loss_last']:.3f}" if done["val_loss_last"] is not None else ""
+    line = (f"phase {done['phase']} done: steps {done['first_step']}-{done['last_step']}, loss "
+            f"{done['loss_first']:.3f} -> {done['loss_last']:.3f}{val}, {done['wall_s']:.0f} s")
+    left = sum(p.steps for p in rest)
+    line += f"; run: {total - left} of {total} steps, {(total - left) * tokens_per_step:,} tokens"
+    ran = done["last_step"] - done["first_step"] + 1
+    if rest and ran > 0:
+        eta = left * done["wall_s"] / ran
+        line += (f"; next {rest[0].name} ({rest[0].steps} steps), about "
+                 + (f"{eta / 60:.0f} min" if eta >= 90 else f"{eta:.0f} s") + " left")
+    return line
+
+
+def format_summary(summary: Dict[str, Any]) -> str:
+    lines = [
+        f"trained {summary['params']:,} parameters for {summary['global_step']} steps in "
+        f"{summary['wall_s']:.0f} s -> {summary['run_dir']}",
+        f"{'phase':<10}{'steps':>6}{'loss first':>12}{'loss last':>11}{'(mean first/last)':>20}"
+        f"{'val last':>10}{'lr first':>11}{'lr last':>10}{'tok/s':>8}{'wall s':>8}",
+    ]
+    for r in summary["phases"]:
+        val = f"{r['val_loss_last']:.3f}" if r["val_loss_last"] is not None else "-"
+        lines.append(
+            f"{r['phase']:<10}{r['steps']:>6}{r['loss_first']:>12.3f}{r['loss_last']:>11.3f}"
+            f"{r['loss_start_mean']:>10.3f}/{r['loss_end_mean']:<9.3f}{val:>10}{r['lr_first']:>11.2e}"
+            f"{r['lr_last']:>10.2e}{r['tokens_per_s']:>8.0f}{r['wall_s']:>8.0f}"
+        )
+    return "\n".join(lines)
+
+
+def resume_hint(stopped: str, step: int, directory: Path) -> str:
+    command = "the same command"
+    if sys.argv and Path(sys.argv[0]).name == "__main__.py" and Path(sys.argv[0]).parent.name == "pretrain":
+        command = shlex.join(["python", "-m", "pretrain", *sys.argv[1:]])
+    return (f"stopped by {stopped} after step {step}; its checkpoint is in "
+            f"{directory}. To resume, run {command} again (same run_dir): it continues "
+            f"from step {step}")

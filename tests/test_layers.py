@@ -1,0 +1,87 @@
+"""Imports only point down the layer order (pretrain/tools/imports.py), and a rank reads its frozen
+config without Hydra."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from pretrain.tools import imports
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert list(imports.upward()) == []
+
+
+def test_every_subpackage_has_a_layer():
+    layers = {imports.layer_of(m) for m, _ in imports.modules()}
+    assert layers - set(imports.LAYERS) == set()
+
+
+def test_a_lazy_upward_import_is_caught(tmp_path):
+    """An import inside a function counts like one at the top; `from pkg import module` is that module."""
+    package = tmp_path / "pretrain"
+    for name, text in {
+        "__init__.py": "",
+        "config/__init__.py": "",
+        "config/rules.py": "def check():\n    from pretrain.train import loop\n    return loop\n",
+        "train/__init__.py": "",
+        "train/loop.py": "from pretrain.config.rules import check\n",
+    }.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    found = list(imports.upward(package))
+    assert len(found) == 1 and "pretrain.config.rules -> pretrain.train.loop" in found[0]
+    assert imports.graph(package)["train"]["config"] == {"pretrain.train.loop -> pretrain.config.rules"}
+
+
+def test_the_command_prints_the_graph_and_exits_zero():
+    proc = subprocess.run([sys.executable, "-m", "pretrain.tools.imports"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 import(s) against the layer order" in proc.stdout
+    assert any(line.startswith("train") and "resilience(" in line for line in proc.stdout.splitlines())
+
+
+def test_a_rank_reads_the_frozen_config_without_hydra(compose_many, tmp_path):
+    """What pretrain.worker does before it trains: load config.yaml, pick the engine, check the rules,
+    import the loop. Hydra (and mindspore) stay out of the process until the model is built."""
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(compose_many([]), resolve=True))
+    probe = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from pretrain import worker\n"
+        "from pretrain.config import validate\n"
+        f"cfg = worker.load_frozen(Path({str(tmp_path)!r}))\n"
+        "validate.check(cfg); validate.check_trainable(cfg)\n"
+        "import pretrain.engine, pretrain.engine.mindformers, pretrain.train.loop\n"
+        "print(json.dumps({'engine': validate.engine(cfg), 'loaded': sorted({m.split('.')[0] for m in "
+        "sys.modules if m.split('.')[0] in ('hydra', 'mindspore', 'mindformers')})}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"engine": "pretrain", "loaded": []}
+
+
+def test_the_builtin_sources_the_rules_accept_are_the_ones_the_generator_has():
+    from pretrain.config.choices import BUILTIN_SOURCES
+    from pretrain.data import sample
+    assert BUILTIN_SOURCES == sample.BUILTINS
+    for name in BUILTIN_SOURCES:
+        assert callable(sample.documents.__globals__[f"_{name}"])
+
+
+def test_the_launcher_only_launches():
+    """Data preparation and in-process training are the app's (pretrain/app.py start), not launch/'s."""
+    edges = imports.graph()["launch"]
+    targets = {line.split(" -> ")[1] for where in edges.values() for line in where}
+    assert "data" not in edges
+    trains = {"pretrain.engine", "pretrain.train.loop", "pretrain.train.build", "pretrain.model.builder"}
+    assert not targets & trains
