@@ -4,8 +4,9 @@ msrun shows the node's first rank by running `tail -f` on its log, so whatever t
 MindSpore runtime logs at INFO level reaches the console too: on CPU two `[INFO] DISTRIBUTED …
 Event base dispatch success!` lines at start-up, which no MindSpore log-level variable silences.
 The launcher reads msrun's stdout through `ConsoleRelay`, which passes everything on as it comes
-(a progress bar's `\\r` updates included, without waiting for a newline) except whole lines in
-MindSpore's INFO/DEBUG log format; those stay in the rank's own log (RUN_DIR/logs/worker_<r>.log).
+(a progress bar's `\\r` updates included, without waiting for a newline) except MindSpore's
+INFO/DEBUG log lines, from where one starts to its newline; they stay in the rank's own log
+(RUN_DIR/logs/worker_<r>.log).
 """
 import os
 import re
@@ -18,10 +19,7 @@ from typing import Optional, TextIO
 _CHATTER = re.compile(rb"\[(?:INFO|DEBUG)\] [A-Z_]+\(\d+,")
 _LEVELS = (b"[INFO]", b"[DEBUG]")
 _PIECES = re.compile(rb"[^\n]*\n|[^\n]+")
-
-
-def is_chatter(line: bytes) -> bool:
-    return _CHATTER.match(line) is not None
+_CHATTER_HEAD = re.compile(rb"[A-Z_]*(\(\d*)?")   # what follows the level while the line still may be chatter
 
 
 class LineFilter:
@@ -67,7 +65,7 @@ class LineFilter:
         head = start.split(b" ", 1)
         if len(head) == 1:  # `[INF`, `[INFO]` ...: the level is not complete yet
             return any(tag.startswith(start) for tag in _LEVELS)
-        return head[0] in _LEVELS and re.fullmatch(rb"[A-Z_]*(\(\d*)?", head[1]) is not None
+        return head[0] in _LEVELS and _CHATTER_HEAD.fullmatch(head[1]) is not None
 
 
 class ConsoleRelay:
@@ -109,7 +107,7 @@ class ConsoleRelay:
             except (OSError, ValueError):   # console gone (closed pipe): the ranks keep their logs
                 pass
 
-    def stop(self, wait_s: Optional[float] = 2.0) -> None:
+    def stop(self, wait_s: float = 2.0) -> None:
         """Let the relay drain what msrun wrote, then end it (a lingering `tail -f` keeps the pipe
         open after msrun was killed)."""
         self._thread.join(wait_s)

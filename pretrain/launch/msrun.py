@@ -139,10 +139,13 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
             read_end, out = os.pipe()
             relay = ConsoleRelay(read_end)
         proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out,
-                                stderr=out if relay is None else None, pass_fds=() if lock is None else (lock,))
-    finally:
-        if out is not None:
-            os.close(out) if isinstance(out, int) else out.close()
+                                stderr=out if relay is None else None,
+                                pass_fds=() if lock is None else (lock,))
+    finally:   # the child holds its own copy of the write end / log file
+        if relay is not None:
+            os.close(out)
+        elif out is not None:
+            out.close()
     try:
         try:
             failure = ranks.wait(proc)
