@@ -82,3 +82,22 @@ def test_embedding_lookup_is_a_row_gather(cpu_runtime):
     ids = rng.integers(0, 11, (3, 4)).astype(np.int32)
     got = cpu_runtime["gather_embedding"](None, Tensor(ids), Tensor(table))
     np.testing.assert_array_equal(got.asnumpy(), table[ids])
+
+
+def test_the_quiet_import_moves_only_mindformers_console_handler(mindformers_scratch):
+    """A handler someone else put on MindFormers' logger (pytest 9 adds its log capture there) keeps its
+    stream; MindFormers' own console handler goes to the real stdout at ERROR."""
+    import io
+    import logging
+
+    from mindformers.tools.logger import LimitedRepeatHandler, get_logger
+
+    foreign = logging.StreamHandler(io.StringIO())
+    get_logger().addHandler(foreign)
+    try:
+        builder.import_mindformers_quietly()
+        assert isinstance(foreign.stream, io.StringIO)
+        console = [h for h in get_logger().handlers if isinstance(h, LimitedRepeatHandler)]
+        assert console and all(h.stream is sys.__stdout__ and h.level == logging.ERROR for h in console)
+    finally:
+        get_logger().removeHandler(foreign)

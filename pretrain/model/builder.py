@@ -40,10 +40,12 @@ def import_mindformers_quietly() -> None:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(log_dir) / "import.log" if log_dir else os.devnull, "a", encoding="utf-8") as log, \
             contextlib.redirect_stdout(log):
-        from mindformers.tools.logger import get_logger
+        from mindformers.tools.logger import LimitedRepeatHandler, get_logger
 
+        # Only MindFormers' own console handler: others on its logger are not ours to move (pytest 9
+        # attaches its LogCaptureHandler, whose StringIO it reads back, to non-propagating loggers too).
         for handler in get_logger().handlers:   # back on the console (before `log` closes), errors only
-            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            if isinstance(handler, LimitedRepeatHandler):   # its console class (its files: another class)
                 handler.stream = console   # (setStream would flush the old stream, maybe closed by now)
                 handler.setLevel(logging.ERROR)
 
