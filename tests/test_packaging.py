@@ -81,3 +81,33 @@ def test_the_test_extra_declares_what_the_tests_import():
     dists = importlib.metadata.packages_distributions()
     missing = [(m, dists.get(m)) for m in third_party if not {_dist(d) for d in dists.get(m, [m])} & declared]
     assert not missing, f"imported by tests/ but declared nowhere in pyproject.toml: {missing}"
+
+
+def _requirements():
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = declared["project"]
+    extras = [r for reqs in project["optional-dependencies"].values() for r in reqs]
+    return [*declared["build-system"]["requires"], *project["dependencies"], *extras]
+
+
+def test_every_dependency_has_a_tested_range():
+    """A fresh machine resolves the newest release a range admits (pytest 9 broke tests that way): every
+    requirement has a lower and an upper bound, and what is installed here, where the tests pass, lies
+    inside it."""
+    from packaging.requirements import Requirement
+
+    unbounded, outside = [], []
+    for line in _requirements():
+        req = Requirement(line)
+        ops = {spec.operator for spec in req.specifier}
+        if not ({"==", "~="} & ops or ({">=", ">"} & ops and {"<", "<="} & ops)):
+            unbounded.append(line)
+        try:
+            installed = importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            continue   # an extra this environment did not install
+        if not req.specifier.contains(installed, prereleases=True):
+            outside.append(f"{req.name} {installed} (declared {req.specifier})")
+    assert not unbounded, f"requirements without a lower and an upper bound: {unbounded}"
+    assert not outside, f"installed versions outside their declared range: {outside}"
