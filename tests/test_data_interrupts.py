@@ -5,8 +5,10 @@ running and a temp dir in the cache; Ctrl-C printed a long traceback (from the p
 worker). Now: workers gone, temp dirs gone, one line on stderr, exit 130 / 143; a temp dir a
 kill -9 left behind is removed by the next run, one that a live process owns is not.
 
-Each test starts a real preparation in a subprocess (its own session, like a job), waits until
-its pool workers run and its temp dir exists, then signals it. Processes are found in /proc.
+Each test starts a real preparation in a subprocess (its own session, like a job) whose tasks of one
+stage are held (tests/sitehooks: a held task waits inside its temp dir until a signal ends it), waits
+until both pool workers hold one, then signals it: the work cannot finish first, however loaded the
+machine. Processes are found in /proc.
 """
 import json
 import os
@@ -20,6 +22,8 @@ import numpy as np
 import pytest
 
 from pretrain.data.fsutil import _HOST, sweep_stale
+
+SITEHOOKS = Path(__file__).resolve().parent / "sitehooks"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -72,8 +76,13 @@ def temp_dirs(cache: Path, stage: str = "*"):
     return sorted(cache.glob(f"{stage}/.*tmp*"))
 
 
-def start(tmp_path, corpus, cache, *extra, module="pretrain.data", workers=2):
+def start(tmp_path, corpus, cache, *extra, module="pretrain.data", workers=2, hold=None):
+    """The preparation in a subprocess; `hold` ("<stage>/<task glob>") holds those tasks (sitehooks)."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    if hold:
+        (tmp_path / "holds").mkdir(exist_ok=True)
+        env.update(PRETRAIN_TEST_HOLD=hold, PRETRAIN_TEST_HOLD_DIR=str(tmp_path / "holds"),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(SITEHOOKS), env.get("PYTHONPATH")])))
     args = [sys.executable, "-m", module, "data=files", f"data.sources.general.paths=[{corpus}]",
             f"data.cache_dir={cache}", f"data.workers={workers}", *extra]
     if module == "pretrain.data":
@@ -86,19 +95,20 @@ def start(tmp_path, corpus, cache, *extra, module="pretrain.data", workers=2):
                             text=True, start_new_session=True)
 
 
-def wait_for_workers(proc, cache, stage, timeout=120):
-    """The worker pids once both workers run and the stage's temp dir exists."""
+def wait_for_workers(proc, cache, stage, timeout=300):
+    """The worker pids once both workers hold a task (start(hold=...)) and the stage's temp dir exists."""
+    holds = cache.parent / "holds"
     end = time.time() + timeout
     while time.time() < end:
         if proc.poll() is not None:
             raise AssertionError(f"finished before it could be interrupted: {proc.communicate()}")
         kids = workers_of(proc.pid)
-        if len(kids) >= 2 and temp_dirs(cache, stage):
-            time.sleep(0.5)          # let them get busy
+        held = {int(m.name.split("-")[0]) for m in holds.iterdir()}
+        if len(kids) >= 2 and set(kids) <= held and temp_dirs(cache, stage):
             return kids
         time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("no workers / temp dir appeared")
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"no held workers / temp dir appeared: {proc.communicate()}")
 
 
 def finish(proc, kids):
@@ -127,7 +137,7 @@ def check_stopped(proc, kids, cache, signum):
                          ids=["ctrl-c-to-the-group", "sigterm-to-the-parent"])
 def test_interrupt_while_cleaning(tmp_path, corpus, signum, to_group):
     cache = tmp_path / "cache"
-    proc = start(tmp_path, corpus, cache)
+    proc = start(tmp_path, corpus, cache, hold="read/*")
     kids = wait_for_workers(proc, cache, "clean")
     (os.killpg if to_group else os.kill)(proc.pid, signum)
     check_stopped(proc, kids, cache, signum)
@@ -135,7 +145,8 @@ def test_interrupt_while_cleaning(tmp_path, corpus, signum, to_group):
 
 def test_sigint_while_tokenizing_and_writing_shards(tmp_path, corpus):
     cache = tmp_path / "cache"
-    proc = start(tmp_path, corpus, cache, "data.dedup.near=false", "data.tokenizer.train_sentences=2000")
+    proc = start(tmp_path, corpus, cache, "data.dedup.near=false", "data.tokenizer.train_sentences=2000",
+                 hold="tokenize/*")
     kids = wait_for_workers(proc, cache, "datasets")
     os.kill(proc.pid, signal.SIGINT)
     check_stopped(proc, kids, cache, signal.SIGINT)
@@ -144,7 +155,7 @@ def test_sigint_while_tokenizing_and_writing_shards(tmp_path, corpus):
 
 def test_sigterm_during_the_preparation_inside_python_m_pretrain(tmp_path, corpus):
     cache = tmp_path / "cache"
-    proc = start(tmp_path, corpus, cache, module="pretrain")
+    proc = start(tmp_path, corpus, cache, module="pretrain", hold="read/*")
     kids = wait_for_workers(proc, cache, "clean")
     os.kill(proc.pid, signal.SIGTERM)
     check_stopped(proc, kids, cache, signal.SIGTERM)
@@ -152,7 +163,7 @@ def test_sigterm_during_the_preparation_inside_python_m_pretrain(tmp_path, corpu
 
 def test_kill_9_leaves_no_workers_and_its_temp_dir_is_swept_unless_live(tmp_path, corpus):
     cache = tmp_path / "cache"
-    proc = start(tmp_path, corpus, cache)
+    proc = start(tmp_path, corpus, cache, hold="read/*")
     kids = wait_for_workers(proc, cache, "clean")
     os.kill(proc.pid, signal.SIGKILL)            # the parent only: its workers must not live on
     proc.communicate(timeout=60)

@@ -160,6 +160,22 @@ def test_ranks_above_0_wait_for_the_published_data_and_never_build(corpus, local
     assert _manifest(got["web"]) == _manifest(built)
 
 
+def _wait_for_cpus(port, cpus, env, timeout=180):
+    """Until the cluster at 127.0.0.1:port has `cpus` CPUs (one a node here): `ray status` asked again."""
+    import re
+    import subprocess
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["ray", "status", f"--address=127.0.0.1:{port}"], env=env, capture_output=True,
+                             text=True, timeout=60).stdout
+        total = re.search(r"/(\d+(?:\.\d+)?) CPU", out)
+        if total and float(total.group(1)) >= cpus:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the Ray cluster never had {cpus} CPUs: {out[-1000:]}")
+
+
 def _ray_node(args, env, log):
     """`ray start --block ...` in its own process group (ended by that group's id, nothing else)."""
     import subprocess
@@ -174,6 +190,7 @@ def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, lo
     data.ray.address. The second node is stopped mid-job: the job finishes on the first."""
     import signal
     import socket
+    import subprocess
     import threading
     import time
     from contextlib import suppress
@@ -187,9 +204,9 @@ def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, lo
     head = ["--head", f"--port={port}", "--include-dashboard=false", "--node-ip-address=127.0.0.1"]
     nodes = [_ray_node(head, env, log)]
     try:
-        time.sleep(8)
+        _wait_for_cpus(port, 1, env)
         nodes.append(_ray_node([f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1"], env, log))
-        time.sleep(8)
+        _wait_for_cpus(port, 2, env)
         cfg = _cfg(tmp_path / "cache", corpus, "ray", **{"ray.address": f"127.0.0.1:{port}"})
         def stop_second_node():      # once the tokenize stage has begun
             while not (tmp_path / "cache" / "work").exists() or not any(
@@ -202,12 +219,14 @@ def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, lo
         assert nodes[1].poll() is not None, "the second node was not stopped during the job"
         assert _manifest(on_cluster) == _manifest(local) and _files(on_cluster) == _files(local)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in nodes:
-                with suppress(ProcessLookupError):
-                    os.killpg(p.pid, sig)
-            time.sleep(3)
         for p in nodes:
+            with suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in nodes:
+            with suppress(subprocess.TimeoutExpired):
+                p.wait(15)
+            with suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)   # the group: Ray's own daemons too
             p.wait(30)
         log.close()
 

@@ -77,15 +77,16 @@ HANG = textwrap.dedent("""
     def gil_holding_step():
         sum(range(10 ** 13))                 # one C call that never lets the watchdog thread run
 
-    dog = Watchdog(0.5, first_timeout_s=3.0, stacks_path={stacks!r}, events=EventLog({events!r}),
+    # The margins are wide (a loaded machine may wake a sleeper late): 1 s sleeps against 0.5 s, each
+    # within an allowance of 6 s; the quick steps beat back to back.
+    dog = Watchdog(0.5, first_timeout_s=6.0, stacks_path={stacks!r}, events=EventLog({events!r}),
                    backstop_s=1.0)
     with dog:
         time.sleep(1.0)                      # "compile": longer than timeout_s, within first_timeout_s
-        dog.beat(step=1, next_timeout_s=2.0)
+        dog.beat(step=1, next_timeout_s=6.0)
         time.sleep(1.0)                      # a known-slow step (a save) announced in advance
         for step in (2, 3):
             dog.beat(step=step)
-            time.sleep(0.1)
         {hang}()
 """)
 
