@@ -13,10 +13,10 @@ from typing import Any, Dict
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from pretrain import rundir
-from pretrain.config import validate
+from pretrain.config import frozen, validate
 from pretrain.config.errors import USER_ERRORS, PretrainConfigError
 from pretrain.io import write_atomic
 
@@ -147,7 +147,10 @@ def freeze(cfg: DictConfig, plan: Dict[str, Any], where: Path) -> Path:
     """The resolved config every rank reads (no Hydra in the ranks) and the plan beside it."""
     try:
         where.mkdir(parents=True, exist_ok=True)
-        write_atomic(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        note = frozen.keep_hand_edit(where / "config.yaml", cfg)   # not replaced silently
+        if note:
+            print(note, flush=True)
+        write_atomic(where / "config.yaml", frozen.text(cfg))
         write_atomic(where / "plan.json", json.dumps(plan, indent=2, default=str))
     except OSError as e:
         raise rundir.not_writable(where, e) from None

@@ -111,4 +111,5 @@ def test_a_recursive_glob_is_one_rule_for_the_check_and_the_data_step(tmp_path, 
     write_jsonl(home / "c" / "y.jsonl", PROSE)
     cfg = compose_many(["data=files", "data.sources.general.paths=['~/c']", "~data.sources.reasoning",
                         "~data.sources.anneal"])
-    assert validate.missing_files(cfg.data) == [] and resolve_files("general", ["~/c"]) == [home / "c" / "y.jsonl"]
+    assert validate.missing_files(cfg.data) == []
+    assert resolve_files("general", ["~/c"]) == [home / "c" / "y.jsonl"]

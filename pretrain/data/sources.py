@@ -123,8 +123,9 @@ def not_readable(path: Path) -> Optional[str]:
     except OSError:
         return None
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
+        mode = st.st_mode
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
         return f"{kind}, not a regular file: reading it would wait for a writer or never end"
     holes = st.st_size - _data_bytes(path, st) if st.st_blocks * 512 < st.st_size else 0
     if holes > _HOLES_MAX:
