@@ -36,5 +36,5 @@ def test_eval_every_0_trains_without_validation_and_periodic_validation_names_it
     assert val_loader(cfg, prepared, phase, 0, 1) is None
     assert "note: phase general: general has no validation rows" in capsys.readouterr().out
     cfg.train.eval_every = 50
-    with pytest.raises(PretrainDataError, match=r"no validation rows .*set train\.eval_every=0 to train without"):
+    with pytest.raises(PretrainDataError, match=r"no validation rows .*set train\.eval_every=0 to train"):
         val_loader(cfg, prepared, phase, 0, 1)

@@ -87,8 +87,9 @@ def val_loader(cfg: DictConfig, prepared: Dict[str, Any], phase: Any, dp_rank: i
             f"(too little data for data.val_fraction={cfg.data.val_fraction})")
     if int(cfg.train.eval_every) > 0:
         from pretrain.config.errors import PretrainDataError
-        raise PretrainDataError(f"{what}; train.eval_every={cfg.train.eval_every} asks for validation: set "
-                                f"train.eval_every=0 to train without it, or add data / raise data.val_fraction")
+        raise PretrainDataError(f"{what}; train.eval_every={cfg.train.eval_every} asks for validation: "
+                                f"set train.eval_every=0 to train without it, or add data / raise "
+                                f"data.val_fraction")
     if ranks.rank_info()[0] == 0:
         print(f"note: {what}: trained without validation", flush=True)
     return None
