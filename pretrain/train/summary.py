@@ -78,7 +78,8 @@ def boundary_line(done: Dict[str, Any], rest: List[Any], total: int, tokens_per_
     val = f", val {done['val_loss_last']:.3f}" if done["val_loss_last"] is not None else ""
     steps = f"{done['first_step']}-{done['last_step']}"
     if done.get("resumed"):   # the losses are the phase's, from its first step; this process ran the rest
-        steps = f"{done['last_step'] - done['steps'] + 1}-{done['last_step']} (resumed at {done['first_step']})"
+        start = done["last_step"] - done["steps"] + 1
+        steps = f"{start}-{done['last_step']} (resumed at {done['first_step']})"
     line = (f"phase {done['phase']} done: steps {steps}, loss "
             f"{done['loss_first']:.3f} -> {done['loss_last']:.3f}{val}, {done['wall_s']:.0f} s")
     left = sum(p.steps for p in rest)
