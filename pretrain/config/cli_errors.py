@@ -92,13 +92,15 @@ def unparsable(causes: List[BaseException]) -> Optional[str]:
         return None
     override = str(exc.override)
     key, eq, value = override.partition("=")
+    if not eq or not (str(exc).startswith("LexerNoViableAltException") or not value.isascii()):
+        return None            # e.g. '+foo' without a value: Hydra's own words say it
     where = ""
     col = re.search(r"\n( *)\^", str(exc))
     if col is not None:
         at = len(col.group(1)) - len("LexerNoViableAltException: ")
         if 0 <= at < len(override):
             where = f" at {override[at]!r} (character {at + 1})"
-    if not eq or '"' in value:
+    if '"' in value:
         fix = "quote the value"
     elif value.startswith("[") and value.endswith("]"):    # a list: each item quoted, still a list
         fix = f"'{key}=[" + ",".join(f'"{v.strip()}"' for v in value[1:-1].split(",")) + "]'"
