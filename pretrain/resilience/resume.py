@@ -136,7 +136,8 @@ def _moved_cache(refused: List[str], old: Dict[str, Any], new: Dict[str, Any]) -
             f"path: ln -s {now} {was}, then run with data.cache_dir={was} (or PRETRAIN_CACHE={was})")
 
 
-def same_phase_shape(saved: Dict[str, Any], current: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def same_phase_shape(saved: Dict[str, Any],
+                     current: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The two configs with their `phase` blocks in one shape. `phase=general` alone is the base run's
     first stage (pretrain/config/branch.py), so `phase=all` continues it, and `phase=general` resumes a
     curriculum stopped in general: one config holds that phase's block as `phase`, the other as
