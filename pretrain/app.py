@@ -105,7 +105,8 @@ def start(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     from pretrain.model.builder import prepare_environment
     prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
     prepared = prepare(cfg.data)
-    print(summary_table(prepared, float(cfg.data.val_fraction)), flush=True)   # once, before any rank starts: ranks only read the cache
+    # once, before any rank starts: ranks only read the cache
+    print(summary_table(prepared, float(cfg.data.val_fraction)), flush=True)
     from pretrain.train.build import pad_token_id
     launch.write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
     if not launch.in_process(cfg):
