@@ -13,10 +13,10 @@ from typing import Any, Dict
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from pretrain import rundir
-from pretrain.config import validate
+from pretrain.config import frozen, validate
 from pretrain.config.errors import USER_ERRORS, PretrainConfigError
 from pretrain.io import write_atomic
 
@@ -105,7 +105,8 @@ def start(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     from pretrain.model.builder import prepare_environment
     prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
     prepared = prepare(cfg.data)
-    print(summary_table(prepared), flush=True)   # once, before any rank starts: ranks only read the cache
+    # once, before any rank starts: ranks only read the cache
+    print(summary_table(prepared, float(cfg.data.val_fraction)), flush=True)
     from pretrain.train.build import pad_token_id
     launch.write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
     if not launch.in_process(cfg):
@@ -147,7 +148,10 @@ def freeze(cfg: DictConfig, plan: Dict[str, Any], where: Path) -> Path:
     """The resolved config every rank reads (no Hydra in the ranks) and the plan beside it."""
     try:
         where.mkdir(parents=True, exist_ok=True)
-        write_atomic(where / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        note = frozen.keep_hand_edit(where / "config.yaml", cfg)   # not replaced silently
+        if note:
+            print(note, flush=True)
+        write_atomic(where / "config.yaml", frozen.text(cfg))
         write_atomic(where / "plan.json", json.dumps(plan, indent=2, default=str))
     except OSError as e:
         raise rundir.not_writable(where, e) from None

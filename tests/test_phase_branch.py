@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from pretrain.config import known_keys, validate
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.resilience.checkpoint import CheckpointManager, checkpoint_name
-from pretrain.resilience.resume import check_branch, find_start
+from pretrain.resilience.resume import check_branch, find_start, resume_changes, start_point
 from pretrain.config.branch import run_suffix
 from pretrain.train.schedule import curriculum, end_lr, levels, phase_lr
 from pretrain.resilience.identity import final_tag
@@ -174,6 +174,26 @@ def test_a_branch_resumes_its_own_checkpoints_not_the_base_runs(tmp_path):
     fake_checkpoint(own_dir, 40, state("reasoning", 6, "general"))
     start = find_start(["reasoning"], "general", own, init_from=str(base))
     assert not start.handoff and start.info.path == own_dir / "step_00000040"
+
+
+def test_phase_all_continues_a_run_of_phase_general_alone_and_back(compose_many, tmp_path):
+    """Issue 27: README calls phase=general alone the base run's first stage, yet phase=all on its run
+    dir was refused over every phase.* key with a "restore those keys" fix no command line could
+    follow. The general phase's block is compared with its namesake; the later phases are new."""
+    general = OmegaConf.to_container(compose_many(["phase=general"]), resolve=True)
+    everything = compose_many([])
+    ckpt = tmp_path / "checkpoints"
+    fake_checkpoint(ckpt, 34, {**GENERAL_DONE, "config": general}, final_tag("general"))
+    start, changes = start_point(everything, CheckpointManager(ckpt, keep_latest=3))
+    assert not start.handoff and start.info.path.name == "step_00000034-phase-general-final"
+    assert changes == []
+    # the other way: a curriculum stopped in general, resumed as phase=general alone
+    mid = OmegaConf.to_container(everything, resolve=True)
+    assert resume_changes(mid, general, "ckpt") == []
+    # a real change to the general phase is still refused, under the curriculum's key
+    other = compose_many(["phase.general.token_fraction=0.6"])
+    with pytest.raises(PretrainRunError, match=r"phase\.general\.token_fraction \(0\.7 -> 0\.6\)"):
+        start_point(other, CheckpointManager(ckpt, keep_latest=3))
 
 
 def test_a_named_checkpoint_is_the_start_and_a_corrupt_final_one_is_passed_over(tmp_path):

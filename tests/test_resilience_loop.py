@@ -81,9 +81,10 @@ def plan(steps=20, name="general", nan=()):
     return PhasePlan(name, lr, ToyLoader(nan), None)
 
 
-def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, saving=True):
+def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, saving=True,
+                 async_save=False):
     events = EventLog(tmp_path / "events.jsonl")
-    checkpoints = CheckpointManager(tmp_path / "ckpt", keep_latest=5, events=events)
+    checkpoints = CheckpointManager(tmp_path / "ckpt", keep_latest=5, events=events, async_save=async_save)
     trainer = Trainer(
         ToyStep(poison),
         metrics=MetricsWriter(tmp_path),
@@ -209,6 +210,38 @@ def test_a_stop_request_checkpoints_the_finished_step_and_the_resume_continues_a
     done, _, _ = make_trainer(tmp_path)
     done.restore(checkpoints, checkpoints.latest())
     assert train(done, [plan(8, "general"), plan(4, "reasoning")]) == []
+
+
+def test_a_resumed_phase_summarises_the_whole_phase_from_its_first_step(tmp_path, capsys):
+    """Issue 27: after a resume, `loss first` was the resumed segment's while `steps` counted the
+    whole phase. The phase's first losses ride in the checkpoint (TrainState.phase_losses)."""
+    trainer, checkpoints, _ = make_trainer(tmp_path, save_every=100)
+    trainer.stop = StopAt(trainer, 5)
+    (stopped,) = train(trainer, [plan(8, "general"), plan(4, "reasoning")])
+    resumed, _, _ = make_trainer(tmp_path)
+    resumed.restore(checkpoints, checkpoints.latest())
+    capsys.readouterr()
+    general, _ = train(resumed, [plan(8, "general"), plan(4, "reasoning")])
+    assert general["steps"] == 8 and general["first_step"] == 6 and general["resumed"]
+    assert general["loss_first"] == stopped["loss_first"] == 5.0           # step 1's, not step 6's (4.95)
+    assert general["loss_start_mean"] == stopped["loss_start_mean"]
+    assert "phase general done: steps 1-8 (resumed at 6), loss 5.000 -> " in capsys.readouterr().out
+
+
+def test_an_async_save_is_not_called_saved_before_it_is_written(tmp_path, monkeypatch, capsys):
+    """Issue 27: with resilience.async_save, "saved step N" was printed before that save failed."""
+    import mindspore as ms
+    trainer, checkpoints, _ = make_trainer(tmp_path, save_every=3, async_save=True)
+
+    def disk_full(save_obj, path, **kwargs):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(ms, "save_checkpoint", disk_full)
+    with pytest.raises(PretrainRunError, match="No space left on device"):
+        train(trainer, [plan(8)])
+    out = capsys.readouterr().out
+    assert "saving step 3 in the background" in out and "saved step" not in out
+    assert checkpoints.latest() is None
 
 
 def test_a_rank_that_does_not_save_rolls_back_too_and_never_touches_the_checkpoints(tmp_path):

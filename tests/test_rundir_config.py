@@ -6,6 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 from rundir_fakes import SMALL, pretrain, trained_run_dir
 
+from pretrain.config import frozen
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience.resume import resume_changes
 
@@ -110,3 +111,31 @@ def test_the_worker_says_which_file_when_config_yaml_no_longer_parses(tmp_path):
     proc = pretrain(tmp_path, str(run_dir), module="pretrain.worker")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"{run_dir / 'config.yaml'} does not load" in proc.stderr
+
+
+def test_a_moved_cache_is_told_the_link_that_resumes_exactly():
+    """Issue 27: a moved cache was told to "restore those keys", i.e. rebuild the cache at the old path."""
+    saved = {**SAVED, "data": {"cache_dir": "/old/cache"}}
+    with pytest.raises(PretrainRunError) as err:
+        resume_changes(saved, {**SAVED, "data": {"cache_dir": "/new/cache"}}, "ckpt")
+    message = str(err.value)
+    assert "data.cache_dir ('/old/cache' -> '/new/cache')" in message and "\n" not in message
+    assert "ln -s /new/cache /old/cache, then run with data.cache_dir=/old/cache" in message
+    assert "config.yaml or" not in message       # no hint to edit a file the launcher does not read
+
+
+def test_a_hand_edited_config_yaml_is_kept_aside_and_said_not_silently_replaced(tmp_path):
+    """Issue 27: edits to run_dir/config.yaml were overwritten by the next command without a word."""
+    run = tmp_path / "run"
+    first = pretrain(tmp_path, f"run_dir={run}", *SMALL, "dry_run=true")
+    assert first.returncode == 0, first.stderr
+    text = (run / "config.yaml").read_text()
+    assert text.startswith("# written by `python -m pretrain` from its command line")
+    (run / "config.yaml").write_text(text.replace("num_layers: 4", "num_layers: 6"))
+    again = pretrain(tmp_path, f"run_dir={run}", *SMALL, "dry_run=true")
+    assert again.returncode == 0, again.stderr
+    (kept,) = run.glob("config.yaml.edited-*")
+    assert "num_layers: 6" in kept.read_text() and "num_layers: 4" in (run / "config.yaml").read_text()
+    (note,) = [ln for ln in again.stdout.splitlines() if ln.startswith("note: ") and "edited" in ln]
+    assert "model.num_layers=6 (command line: 4)" in note and kept.name in note
+    assert not frozen.hand_edited(run / "config.yaml")       # the rewritten one: the next run says nothing

@@ -8,6 +8,9 @@ can say anything useful: an argument that is not UTF-8 (an unquoted path with a 
 Python hands it over surrogate-escaped, and Hydra's lexer or the UTF-8 config.yaml chokes on it),
 and a run_dir Hydra cannot create or write (it puts .hydra/ and the job log there).
 
+An override Hydra's grammar cannot read (an unquoted non-ASCII path: its raw
+LexerNoViableAltException) is one line with the quoting that makes it a string.
+
 An override of a key the schema lacks names the key that was probably meant (train.lr ->
 train.lr_peak) instead of Hydra's advice to add it with `+`, which the job would refuse
 (pretrain/config/known_keys.py); `phase.lr.peak=...` under phase=all names the per-phase keys.
@@ -80,6 +83,34 @@ def unknown_key(causes: List[BaseException]) -> Optional[str]:
     return None
 
 
+def unparsable(causes: List[BaseException]) -> Optional[str]:
+    """One line for an override Hydra's grammar cannot read, e.g. an unquoted non-ASCII path (its
+    lexer stops at the first such character), with the quoting that makes it a plain string."""
+    from hydra.errors import OverrideParseException
+    exc = next((c for c in causes if isinstance(c, OverrideParseException)), None)
+    if exc is None:
+        return None
+    override = str(exc.override)
+    key, eq, value = override.partition("=")
+    if not eq or not (str(exc).startswith("LexerNoViableAltException") or not value.isascii()):
+        return None            # e.g. '+foo' without a value: Hydra's own words say it
+    where = ""
+    col = re.search(r"\n( *)\^", str(exc))
+    if col is not None:
+        at = len(col.group(1)) - len("LexerNoViableAltException: ")
+        if 0 <= at < len(override):
+            where = f" at {override[at]!r} (character {at + 1})"
+    if '"' in value:
+        fix = "quote the value"
+    elif value.startswith("[") and value.endswith("]"):    # a list: each item quoted, still a list
+        fix = f"'{key}=[" + ",".join(f'"{v.strip()}"' for v in value[1:-1].split(",")) + "]'"
+    else:
+        fix = f"'{key}=\"{value}\"'"
+    return (f"cannot parse the override {override!r}{where}: unquoted, Hydra's override grammar takes only "
+            f"ASCII letters, digits and a few symbols; quote the value, e.g. {fix} (quotes inside the "
+            f"shell's quotes)")
+
+
 def install(job_started: Callable[[], bool]) -> None:
     original = hydra_utils.run_and_report
 
@@ -103,7 +134,8 @@ def install(job_started: Callable[[], bool]) -> None:
             causes = [exc]
             while causes[-1].__cause__ is not None:   # the OmegaConf error that says which key and why
                 causes.append(causes[-1].__cause__)
-            line = unknown_key(causes) or condense("\n".join(str(c) for c in causes))
+            line = (unknown_key(causes) or unparsable(causes)
+                    or condense("\n".join(str(c) for c in causes)))
             print(f"error: {line}", file=sys.stderr)
             sys.exit(2)
 

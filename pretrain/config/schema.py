@@ -175,7 +175,7 @@ class TrainConfig:
     grad_clip: float = between(0.0, 1e6, 1.0)         # 0: no clipping
     z_loss: float = between(0.0, 1.0, 0.0)
     log_every: int = between(1, 10**9, 1)
-    eval_every: int = between(0, 10**9, 50)           # 0: no validation
+    eval_every: int = between(0, 10**9, 50)           # 0: only at each phase's end (none without val rows)
     eval_batches: int = between(1, 10**6, 4)
     save_every_steps: int = between(1, 10**9, 100)
     save_every_minutes: float = between(0.0, 1e6, 60.0, low_open=True)

@@ -20,7 +20,7 @@ from typing import Any, Iterator, List
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.config import known_keys, ranges
+from pretrain.config import known_keys, paths, ranges
 from pretrain.config.attention import document_attention
 from pretrain.config.choices import BUILTIN_SOURCES, DATA_ENGINES, NORMALIZE_FORMS, PACKING_METHODS
 from pretrain.config.errors import PretrainConfigError
@@ -275,15 +275,10 @@ def missing_files(d: DictConfig) -> List[str]:
         found.append(f"data.tokenizer.path: no such file {d.tokenizer.path!r}")
     for name, src in d.sources.items():
         for path in src.paths:
-            if not _exists(path):
+            if not paths.matches(path):
                 found.append(f"data.sources.{name}.paths: no such file or directory {path!r} (relative to "
                              f"{Path.cwd()})")
     return found
-
-
-def _exists(path: str) -> bool:
-    import glob
-    return Path(path).exists() or bool(glob.glob(path))
 
 
 def _run(cfg) -> Iterator[str]:

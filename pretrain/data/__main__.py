@@ -33,7 +33,7 @@ def _app(cfg: DictConfig) -> None:
         for line in str(exc).splitlines():
             print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
-    print(summary_table(prepared))
+    print(summary_table(prepared, float(cfg.data.val_fraction)))
 
 
 def main() -> None:

@@ -29,8 +29,10 @@ def check(manifest: Dict) -> None:
                                 f"this is a bug in pretrain.data, please report it")
 
 
-def summary_table(prepared: Dict) -> str:
-    """One line per prepared dataset: documents, tokens, padding, truncation, shards, cache."""
+def summary_table(prepared: Dict, val_fraction: float = 0.0) -> str:
+    """One line per prepared dataset: documents, tokens, padding, truncation, shards, cache; a note
+    for a dataset left without validation rows although `val_fraction` (data.val_fraction) asks for
+    them, which training then needs train.eval_every=0 for."""
     head = (f"{'dataset':<12} {'docs in':>8} {'kept':>8} {'dropped':>8} {'train tok':>11} {'val tok':>9} "
             f"{'pad %':>6} {'trunc':>6} {'shards':>6}  cache")
     lines = [head, "-" * len(head)]
@@ -47,6 +49,11 @@ def summary_table(prepared: Dict) -> str:
             reasons[r] = reasons.get(r, 0) + n
     if reasons:
         lines.append("dropped: " + ", ".join(f"{r} {n}" for r, n in sorted(reasons.items())))
+    empty = [name for name, p in prepared.items() if not p.manifest["val"]["rows"]]
+    if val_fraction > 0 and empty:
+        lines.append(f"note: {', '.join(empty)}: no validation rows (too little data for data.val_fraction="
+                     f"{val_fraction}); training validates only with more data, train.eval_every=0 trains "
+                     f"without validation")
     first = next(iter(prepared.values()), None)
     if first:
         tok = first.manifest["tokenizer"]

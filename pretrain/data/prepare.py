@@ -41,7 +41,7 @@ from pretrain.data.stages import forget, sweep_work
 from pretrain.data.stages import progress as stage_progress
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
-VERSION = 2            # bump when the prepared bytes change for the same config
+VERSION = 3            # bump when the prepared bytes change for the same config (3: BOMs, parquet types)
 
 
 @dataclass

@@ -10,12 +10,13 @@ document (a NUL byte, a lone surrogate from a JSON escape, a badly encoded row) 
 document only; a whole file is dropped as `binary` only when it is not text at all.
 """
 import codecs
-import glob
+import errno
 import gzip
 import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 import zlib
 from contextlib import suppress
@@ -25,6 +26,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import zstandard
 
+from pretrain.config import paths as config_paths
 from pretrain.config.errors import PretrainDataError
 from pretrain.data.hashing import piece_key
 
@@ -62,40 +64,99 @@ def file_kind(path: Path) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _has_glob(p: str) -> bool:
-    return any(c in p for c in "*?[")
-
-
 def resolve_files(source: str, paths: Sequence[str]) -> List[Path]:
-    """Every corpus file named by a source's paths (files, directories, globs), sorted so the
-    document order (and so the prepared data) does not depend on the file system."""
+    """Every corpus file named by a source's paths (files, directories, globs: the rule of
+    pretrain.config.paths), sorted so the document order (and so the prepared data) does not depend
+    on the file system. A file that is not one to read (a FIFO, a mostly sparse file) is refused."""
     key = f"data.sources.{source}.paths"
     hint = "give files, directories or globs of .txt/.jsonl/.parquet, optionally .gz/.zst"
     found: List[Path] = []
     for raw in paths:
-        p = os.path.expanduser(str(raw))
-        if _has_glob(p):
-            matches = [Path(m) for m in glob.glob(p, recursive=True)]
-        elif os.path.lexists(p):
-            matches = [Path(p)]
-        else:
-            matches = []
+        matches = [Path(m) for m in config_paths.matches(raw)]
         if not matches:
             raise PretrainDataError(f"{key}: no such file {raw!r} (cwd {os.getcwd()}; {hint})")
         files: List[Path] = []
         for m in matches:
             if m.is_dir():
-                for root, dirs, names in os.walk(m):
-                    dirs.sort()
-                    files += [Path(root) / n for n in sorted(names) if file_kind(Path(n))]
+                files += _walk(m)
             elif file_kind(m):
                 files.append(m)
-            elif not _has_glob(p):
+            elif not config_paths.has_glob(str(raw)):
                 raise PretrainDataError(f"{key}: unsupported file type {raw!r} ({hint})")
         if not files:
             raise PretrainDataError(f"{key}: no corpus files under {raw!r} ({hint})")
         found += files
-    return sorted(set(found))
+    found = sorted(set(found))
+    for f in found:
+        why = not_readable(f)
+        if why:
+            raise PretrainDataError(f"{key}: {f} is {why}; remove it from the corpus, or name the source's "
+                                    f"files with a glob that leaves it out")
+    return found
+
+
+def _walk(top: Path) -> List[Path]:
+    """The corpus files under a directory, symlinked subdirectories followed (a corpus assembled
+    from links is read whole); a directory reached a second time (a link loop, two links to one
+    place) is not read again."""
+    seen = {os.path.realpath(top)}
+    files: List[Path] = []
+    for root, dirs, names in os.walk(top, followlinks=True):
+        real = [(d, os.path.realpath(os.path.join(root, d))) for d in sorted(dirs)]
+        dirs[:] = [d for d, r in real if r not in seen]
+        seen.update(r for _, r in real)
+        files += [Path(root) / n for n in sorted(names) if file_kind(Path(n))]
+    return files
+
+
+_HOLES_MAX = 1 << 20     # bytes of holes that make a file not text (holes read as NUL bytes)
+_EXTENTS_MAX = 4096      # data extents counted before the rest of a file is taken as data
+
+
+def not_readable(path: Path) -> Optional[str]:
+    """Why a corpus file is not one to read, or None: not a regular file (a FIFO blocks until a
+    writer comes, a device never ends), or holes of more than a MiB (a sparse file: what its holes
+    hold is NUL bytes: a 10 GB one with 100 KB of text gave no output for over 10 minutes). A file that
+    cannot be stat'ed is left to the reader, which counts it as unreadable."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        mode = st.st_mode
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+        return f"{kind}, not a regular file: reading it would wait for a writer or never end"
+    holes = st.st_size - _data_bytes(path, st) if st.st_blocks * 512 < st.st_size else 0
+    if holes > _HOLES_MAX:
+        return (f"a sparse file: {st.st_size:,} bytes of which {holes:,} are holes (they read as NUL "
+                f"bytes, not text)")
+    return None
+
+
+def _data_bytes(path: Path, st: os.stat_result) -> int:
+    """Bytes of `path` in data extents (SEEK_DATA / SEEK_HOLE); its size where the file system
+    cannot tell (then it reports no holes), or past _EXTENTS_MAX extents."""
+    data, at = 0, 0
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return st.st_size
+    try:
+        for _ in range(_EXTENTS_MAX):
+            try:
+                start = os.lseek(fd, at, os.SEEK_DATA)
+            except OSError as e:     # ENXIO: no data past `at`; else no SEEK_DATA here
+                return data if e.errno == errno.ENXIO else st.st_size
+            at = os.lseek(fd, start, os.SEEK_HOLE)
+            data += at - start
+            if at >= st.st_size:
+                return data
+        return data + st.st_size - at
+    except OSError:
+        return st.st_size
+    finally:
+        os.close(fd)
 
 
 def fingerprint(files: Sequence[Path]) -> list:
@@ -203,7 +264,7 @@ def _read_txt(path: Path, comp: str, text_field: str, max_chars: int, scratch=No
         if looks_binary(first):
             yield Drop("binary")
             return
-        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")   # a leading BOM is not text
         buf, part, key = "", 0, None
         block = first
         while True:
@@ -273,7 +334,8 @@ def _jsonl_items(f, text_field: str, max_chars: int) -> Iterator[Item]:
         try:
             # strict=False: a raw control character (a NUL, a tab) inside a string is kept
             # for the cleaner to remove, rather than losing the document.
-            obj = json.loads(line.decode("utf-8"), strict=False)
+            # utf-8-sig: a byte order mark (what some editors start a file with) is not JSON
+            obj = json.loads(line.decode("utf-8-sig"), strict=False)
         except UnicodeDecodeError:
             yield Drop("invalid_utf8")
             continue
@@ -326,7 +388,8 @@ def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int, scratc
 
 def _texts(column) -> Iterator[Union[str, Drop]]:
     """A parquet column's values as str, each row decoded on its own (a badly encoded row drops
-    that row, not the rest of the file); a null or a value that is not a string is a missing field."""
+    that row, not the rest of the file); a null is a missing field, a value of another type is
+    dropped as not_a_string:<its column type>."""
     import pyarrow as pa
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         raw = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
@@ -339,5 +402,16 @@ def _texts(column) -> Iterator[Union[str, Drop]]:
             except UnicodeDecodeError:
                 yield Drop("invalid_utf8")
         return
+    # Another type (e.g. list<string>) is not one text: its rows are dropped under a reason naming
+    # the type, so the summary says what the column holds (joining the items would guess a separator).
+    wrong = f"not_a_string:{_type_name(column.type)}"
     for v in column.to_pylist():
-        yield v if isinstance(v, str) else Drop("missing_field")
+        yield v if isinstance(v, str) else Drop("missing_field" if v is None else wrong)
+
+
+def _type_name(t) -> str:
+    """An arrow type as a user reads it: list<string> (arrow's own str says list<element: string>)."""
+    import pyarrow as pa
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{_type_name(t.value_type)}>"
+    return str(t)

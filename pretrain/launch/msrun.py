@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
+from pretrain.config import frozen
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.layout import ParallelLayout, num_devices
 from pretrain.io import write_atomic
@@ -183,7 +184,7 @@ def _event(run_dir: Path, kind: str, **fields: Any) -> None:
 
 def _refreeze(cfg: DictConfig, run_dir: Path) -> None:
     """The frozen config the ranks read, as the launcher now runs it (a new port, a shrunk layout)."""
-    write_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_atomic(run_dir / "config.yaml", frozen.text(cfg))
 
 
 def _free_port(cfg: DictConfig, run_dir: Path) -> DictConfig:

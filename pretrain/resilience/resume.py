@@ -105,6 +105,7 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
     RESUMABLE is one PretrainRunError line listing each such key (`where`: the checkpoint)."""
     if saved is None:
         return []
+    saved, current = same_phase_shape(saved, current)
     old, new = _flatten(saved), _flatten(current)
     changed = [k for k in config_changes(saved, current) if k not in NOT_THE_RUN]
     allowed = RESUMABLE + (DP_CHANGE if "parallel.dp" in changed else ())
@@ -119,9 +120,37 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
             f"this run's config differs from the one {where} was written with in {listed}: a resume may "
             f"only change LR values, log/eval/save intervals, keep_checkpoint_max, resilience.*, the "
             f"rendezvous address and the data-parallel size with its derived keys (RESUMABLE and "
-            f"DP_CHANGE in pretrain/resilience/resume.py). Restore those keys "
-            f"(run_dir/config.yaml or the command line), or use another run_dir for a new run")
+            f"DP_CHANGE in pretrain/resilience/resume.py). Give those keys their checkpoint's values on "
+            f"the command line (run_dir/config.yaml is written from it, not read), or use another "
+            f"run_dir for a new run" + _moved_cache(refused, old, new))
     return [(k, old.get(k), new.get(k)) for k in changed]
+
+
+def _moved_cache(refused: List[str], old: Dict[str, Any], new: Dict[str, Any]) -> str:
+    """A moved data cache resumes exactly through a link at its old path (the prepared data is found
+    by content keys, and the config then names the path it was trained with): say so."""
+    if "data.cache_dir" not in refused:
+        return ""
+    was, now = old["data.cache_dir"], new.get("data.cache_dir")
+    return (f". If the data cache moved from {was} to {now}, it resumes exactly from a link at the old "
+            f"path: ln -s {now} {was}, then run with data.cache_dir={was} (or PRETRAIN_CACHE={was})")
+
+
+def same_phase_shape(saved: Dict[str, Any],
+                     current: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The two configs with their `phase` blocks in one shape. `phase=general` alone is the base run's
+    first stage (pretrain/config/branch.py), so `phase=all` continues it, and `phase=general` resumes a
+    curriculum stopped in general: one config holds that phase's block as `phase`, the other as
+    `phase.general` beside the later phases. The single phase is compared with its namesake; the
+    curriculum's other phases (not trained by the single-phase run) are taken as they are now."""
+    old, new = saved.get("phase"), current.get("phase")
+    if not isinstance(old, dict) or not isinstance(new, dict) or ("name" in old) == ("name" in new):
+        return saved, current
+    if "name" in old and old["name"] in new:              # phase=<first> alone, now the curriculum
+        return {**saved, "phase": {**new, old["name"]: old}}, current
+    if "name" in new and new["name"] in old:              # the curriculum, now its phase alone
+        return saved, {**current, "phase": {**old, new["name"]: new}}
+    return saved, current
 
 
 def start_point(

@@ -65,13 +65,34 @@ def phase_plans(
     dp_rank, dp_size = ranks.data_parallel_rank(cfg)
     plans = []
     for phase, lr in zip(plist, schedules, strict=True):
-        val = (
-            make_loader(cfg, prepared, phase, "val", dp_rank, dp_size) if cfg.data.val_fraction > 0 else None
-        )
+        val = val_loader(cfg, prepared, phase, dp_rank, dp_size)
         plans.append(
             PhasePlan(str(phase.name), lr, make_loader(cfg, prepared, phase, "train", dp_rank, dp_size), val)
         )
     return plans
+
+
+def val_loader(cfg: DictConfig, prepared: Dict[str, Any], phase: Any, dp_rank: int, dp_size: int) -> Any:
+    """The phase's validation loader; None without a held-out split. A mix whose data has no
+    validation rows (a corpus too small for data.val_fraction, which the data step notes) trains
+    without validation under train.eval_every=0 (then validation only runs at a phase's end), with
+    a line saying so; with periodic validation asked for it is refused, naming that fix."""
+    if cfg.data.val_fraction <= 0:
+        return None
+    empty = sorted(n for n, w in phase.mix.items()
+                   if float(w) > 0 and n in prepared and not int(prepared[n].manifest["val"]["rows"]))
+    if not empty:
+        return make_loader(cfg, prepared, phase, "val", dp_rank, dp_size)
+    what = (f"phase {phase.name}: {', '.join(empty)} ha{'s' if len(empty) == 1 else 've'} no validation rows "
+            f"(too little data for data.val_fraction={cfg.data.val_fraction})")
+    if int(cfg.train.eval_every) > 0:
+        from pretrain.config.errors import PretrainDataError
+        raise PretrainDataError(f"{what}; train.eval_every={cfg.train.eval_every} asks for validation: "
+                                f"set train.eval_every=0 to train without it, or add data / raise "
+                                f"data.val_fraction")
+    if ranks.rank_info()[0] == 0:
+        print(f"note: {what}: trained without validation", flush=True)
+    return None
 
 
 def build_trainer(

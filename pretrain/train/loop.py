@@ -25,7 +25,7 @@ from pretrain.resilience.identity import final_tag
 from pretrain.resilience.resume import start_point
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import build, ranks
-from pretrain.train.metrics import MetricsWriter
+from pretrain.train.metrics import WINDOW, MetricsWriter
 from pretrain.train.schedule import curriculum
 from pretrain.train.summary import boundary_line, finish, phase_result
 from pretrain.train.trainer import PhasePlan, Trainer
@@ -104,17 +104,20 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
     """One phase, step by step: step, log, (roll back,) eval, save, stop on a signal."""
     s, keeper, metrics = trainer.state, trainer.keeper, trainer.metrics
     if s.phase != plan.name:
-        s.phase, s.phase_step = plan.name, 0
+        s.phase, s.phase_step, s.phase_losses = plan.name, 0, []
         keeper.new_phase()
     started = time.perf_counter()
     losses: Dict[int, float] = {}  # global step -> loss, of the steps this process ran
     val: Dict[int, float] = {}
     first_step = s.global_step + 1
+    resumed = s.phase_step > 0            # the phase's earlier steps ran in an earlier process
     metrics.start_phase(plan.name, plan.steps, done=s.phase_step, overall=trainer.overall)
     while s.phase_step < plan.steps:
         record = trainer.train_step(plan)
         keeper.beat(s.global_step)
         losses[s.global_step] = record["loss"]
+        if len(s.phase_losses) < WINDOW:   # checkpointed: the phase's start loss survives a resume
+            s.phase_losses.append(record["loss"])
         metrics.progress(record)
         last = s.phase_step == plan.steps
         if s.global_step % trainer.log_every == 0 or last:
@@ -139,4 +142,5 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
         s.phases_done.append(plan.name)
         trainer.save(tag=final_tag(plan.name))
     return phase_result(plan, first_step, s.global_step, bool(trainer.stopped), time.perf_counter() - started,
-                        losses, val, trainer.throughput.tokens_per_step)
+                        losses, val, trainer.throughput.tokens_per_step,
+                        head=s.phase_losses if resumed else None)

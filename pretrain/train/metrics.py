@@ -149,8 +149,15 @@ def phase_boundaries(records: Iterable[Dict[str, Any]]) -> List[Tuple[str, int, 
     return [tuple(s) for s in spans]
 
 
+WINDOW = 10    # most steps a phase's start/end loss is averaged over (TrainState keeps its first ones)
+
+
+def window_of(steps: int) -> int:
+    return max(1, min(WINDOW, steps // 5))
+
+
 def mean_of(values: List[float], first: bool, window: Optional[int] = None) -> float:
     """Mean of the first (or last) `window` values: start/end loss of a phase, robust to one noisy step."""
-    window = window or max(1, min(10, len(values) // 5))
+    window = window or window_of(len(values))
     chunk = values[:window] if first else values[-window:]
     return sum(chunk) / len(chunk)

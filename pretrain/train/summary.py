@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from pretrain.io import write_atomic
-from pretrain.train.metrics import METRICS_FILE, mean_of
+from pretrain.train.metrics import METRICS_FILE, mean_of, window_of
 from pretrain.train.plot import plot_curves
 
 
@@ -43,21 +43,27 @@ def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: f
 
 
 def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall: float,
-                 losses: Dict[int, float], val: Dict[int, float], tokens_per_step: int) -> Dict[str, Any]:
-    """One phase's record in summary.json: losses and val losses keyed by global step."""
+                 losses: Dict[int, float], val: Dict[int, float], tokens_per_step: int,
+                 head: Optional[List[float]] = None) -> Dict[str, Any]:
+    """One phase's record in summary.json: losses and val losses keyed by global step. Like `steps`
+    (the phase's), the start losses are the phase's own, from `head` (its first losses, which the
+    checkpoint carries) when the phase was resumed; first_step and the rate are this process's."""
     steps = [losses[k] for k in sorted(losses)]
     vals = [val[k] for k in sorted(val)]
+    start = list(head or []) or steps     # a checkpoint from before TrainState.phase_losses: this run's
+    window = window_of(plan.steps) if head else None
     return {
         "phase": plan.name,
         "steps": plan.steps,
         "first_step": first_step,
         "last_step": last_step,
         "stopped": stopped,
+        "resumed": head is not None,
         "tokens": plan.steps * tokens_per_step,
         "wall_s": wall,
-        "loss_first": steps[0] if steps else None,
+        "loss_first": start[0] if start else None,
         "loss_last": steps[-1] if steps else None,
-        "loss_start_mean": mean_of(steps, first=True) if steps else None,
+        "loss_start_mean": mean_of(start, first=True, window=window) if start else None,
         "loss_end_mean": mean_of(steps, first=False) if steps else None,
         "val_loss_first": vals[0] if vals else None,
         "val_loss_last": vals[-1] if vals else None,
@@ -70,7 +76,11 @@ def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall
 def boundary_line(done: Dict[str, Any], rest: List[Any], total: int, tokens_per_step: int) -> str:
     """One line at the end of a phase: how it went, where the whole run stands, what is next."""
     val = f", val {done['val_loss_last']:.3f}" if done["val_loss_last"] is not None else ""
-    line = (f"phase {done['phase']} done: steps {done['first_step']}-{done['last_step']}, loss "
+    steps = f"{done['first_step']}-{done['last_step']}"
+    if done.get("resumed"):   # the losses are the phase's, from its first step; this process ran the rest
+        start = done["last_step"] - done["steps"] + 1
+        steps = f"{start}-{done['last_step']} (resumed at {done['first_step']})"
+    line = (f"phase {done['phase']} done: steps {steps}, loss "
             f"{done['loss_first']:.3f} -> {done['loss_last']:.3f}{val}, {done['wall_s']:.0f} s")
     left = sum(p.steps for p in rest)
     line += f"; run: {total - left} of {total} steps, {(total - left) * tokens_per_step:,} tokens"

@@ -34,6 +34,8 @@ class TrainState:
     lr_start: float = 0.0  # LR the run's first phase starts from (phase run alone: the previous phase's last)
     # per phase: data-index windows [lo, hi] skipped after loss spikes (pretrain/resilience/skips.py)
     data_skips: Dict[str, List[List[int]]] = field(default_factory=dict)
+    # the first metrics.WINDOW losses of `phase`: a resumed phase's summary still starts at its first step
+    phase_losses: List[float] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -193,7 +195,12 @@ class Trainer:
             path = self.checkpoints.save(
                 self.state.global_step, self.step.optimizer, self.checkpoint_state(), tag=tag
             )
-            self.metrics.note(f"saved step {self.state.global_step} in {time.perf_counter() - writing:.1f} s: {path}")
+            took = time.perf_counter() - writing
+            if self.checkpoints.async_save:   # written by a thread: a failure surfaces at the next save
+                self.metrics.note(f"saving step {self.state.global_step} in the background (snapshot in "
+                                  f"{took:.1f} s): {path}")
+            else:
+                self.metrics.note(f"saved step {self.state.global_step} in {took:.1f} s: {path}")
             self.keeper.beat(self.state.global_step)
         self._last_save = time.monotonic()
         self.saved_at = self.state.global_step
