@@ -111,6 +111,8 @@ class Trainer:
         self.state = TrainState()
         self._last_save = time.monotonic()
         self.saved_at = 0  # global step of the newest checkpoint this process wrote or loaded
+        self.steps_run = 0  # optimizer steps this process ran (its first compiled the graph)
+        self.save_times: List[float] = []  # seconds each save of this process held the loop
         self.overall = ""  # "[k/n] ": which of the run's phases the console is showing
 
     # the keeper's signal handling, as the runner and tests set and read it on the trainer
@@ -134,6 +136,7 @@ class Trainer:
             applied = self.faults.lr(plan.name, index, lr)
         out = self.step.step(split_micro(batch, self.grad_accum), applied)
         step_time = time.perf_counter() - started
+        self.steps_run += 1
         s.global_step += 1
         s.phase_step += 1
         s.lr = lr
@@ -193,7 +196,8 @@ class Trainer:
             path = self.checkpoints.save(
                 self.state.global_step, self.step.optimizer, self.checkpoint_state(), tag=tag
             )
-            self.metrics.note(f"saved step {self.state.global_step} in {time.perf_counter() - writing:.1f} s: {path}")
+            self.save_times.append(time.perf_counter() - writing)
+            self.metrics.note(f"saved step {self.state.global_step} in {self.save_times[-1]:.1f} s: {path}")
             self.keeper.beat(self.state.global_step)
         self._last_save = time.monotonic()
         self.saved_at = self.state.global_step
