@@ -52,8 +52,12 @@ def run_job(cfg: DictConfig) -> None:
 def execute(cfg: DictConfig) -> Dict[str, Any]:
     """compose (done) -> check -> plan -> lock, accept, freeze -> data -> launch. Returns the sweep row."""
     validate.check(cfg)
+    if cfg.plan.calibrate:
+        from pretrain.train.probe import probe
+        probe(cfg)
+    from pretrain.plan import calibration
     from pretrain.plan.planner import format_plan, plan as make_plan
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, calibration.load(cfg))
     print(format_plan(plan), flush=True)
     from pretrain.plan.verdict import verdict
     status, refused = verdict(cfg, plan)

@@ -146,4 +146,7 @@ def test_measured_throughput_is_trained_tokens_over_training_time():
     summary = {"phases": [{"tokens_per_s": 100.0, "wall_s": 10.0}, {"tokens_per_s": 400.0, "wall_s": 5.0},
                           {"tokens_per_s": None, "wall_s": 0.1}]}   # a phase a resumed run had finished
     assert measured(summary) == {"measured_tokens_per_s": pytest.approx(3000 / 15)}
+    summary["measured"] = {"step_s": 0.25, "memory_gb": 4.5}   # the loop's, after compile (train/measure.py)
+    assert measured(summary) == {"measured_tokens_per_s": pytest.approx(3000 / 15), "measured_step_s": 0.25,
+                                 "measured_gb": 4.5}
     assert measured({"phases": []}) == {}

@@ -191,6 +191,7 @@ class TrainConfig:
 class PlanConfig:
     target_days: Optional[float] = between(0.0, 1e5, None, low_open=True)  # print the devices that finish in this
     ignore_memory: bool = False               # launch even when the planned peak memory exceeds the device
+    calibrate: bool = False                   # time the real step on this device first (pretrain/train/probe.py)
 
 
 @dataclass

@@ -88,8 +88,14 @@ def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) ->
 
 
 def measured(summary: Dict[str, Any]) -> Dict[str, Any]:
-    """Tokens per second over the steps this launch trained (all ranks together), from the run summary."""
-    trained = [(r["tokens_per_s"] * r["wall_s"], r["wall_s"]) for r in summary.get("phases", [])
-               if r.get("tokens_per_s")]
+    """What a sweep row records of a launch that trained, from the run summary: tokens per second over
+    the steps it trained (all ranks together), and its step time after compile and peak host memory
+    (set beside the plan's step_s and peak_gb)."""
+    phases = summary.get("phases", [])
+    trained = [(r["tokens_per_s"] * r["wall_s"], r["wall_s"]) for r in phases if r.get("tokens_per_s")]
     wall = sum(w for _, w in trained)
-    return {"measured_tokens_per_s": sum(t for t, _ in trained) / wall} if wall > 0 else {}
+    out = {"measured_tokens_per_s": sum(t for t, _ in trained) / wall} if wall > 0 else {}
+    run = summary.get("measured") or {}
+    if run.get("step_s"):
+        out.update(measured_step_s=run["step_s"], measured_gb=run["memory_gb"])
+    return out

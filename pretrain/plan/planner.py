@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from pretrain.config.layout import ParallelLayout, world_size
 from pretrain.config.validate import phases
+from pretrain.plan.calibration import Calibration
 from pretrain.plan.formulas import (GB, ModelShape, ParamCount, activation_bytes_per_layer, bubble_fraction,
                                     bytes_per_param, checkpoint_overhead, chunks_in_flight, flops_per_token,
                                     group_spans_nodes, layer_params, model_shape, model_states,
@@ -143,6 +144,13 @@ class Plan:
     target: Optional["Target"]   # the devices that finish within plan.target_days
     warnings: Tuple[str, ...]
     engine: str = "pretrain"     # which engine trains it (pretrain.config.layout.ParallelLayout.engine)
+    calibration: Optional[str] = None   # "measured on <host>, <date> ..." when a calibration set the step
+    fixed_gb: float = 0.0        # the framework's measured memory per process beyond peak_gb (CPU)
+
+    @property
+    def process_gb(self) -> float:
+        """What one device's process should hold: the peak stage plus the measured fixed memory."""
+        return self.peak_gb + self.fixed_gb
 
     @property
     def peak(self) -> StageMemory:
@@ -302,8 +310,11 @@ def _checkpoint(cfg: Any, lay: Layout, peak: StageMemory, step_s: float) -> Chec
     return CheckpointPlan(gb, write_s, mtbf_s / 3600.0, interval / 60.0, _div(interval, step_s), overhead)
 
 
-def plan(cfg: Any) -> Plan:
-    """Plan one composed config (cfg.model/parallel/hardware/train/phase). Pure: reads cfg only."""
+def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
+    """Plan one composed config (cfg.model/parallel/hardware/train/phase). Pure: reads cfg (and the
+    calibration the caller loaded, pretrain.plan.calibration) only. Calibrated, the step is the
+    fitted model of the measured steps of this hardware option, which include their communication;
+    otherwise compute at train.efficiency of peak plus the modelled exposed communication."""
     shape = model_shape(cfg.model)
     lay = _layout(cfg)
     hw, train = cfg.hardware, cfg.train
@@ -322,11 +333,14 @@ def plan(cfg: Any) -> Plan:
     peak_tflops = float(_get(hw, "peak_tflops", 0.0))
     tokens_per_step = float(_get(train, "global_batch_size", 0)) * shape.seq
     recompute_factor = 4.0 / 3.0 if lay.recompute == "full" else 1.0    # one extra forward: HFU, not MFU
-    compute_s = _div(tokens_per_step / lay.devices * f2 * recompute_factor,
-                     peak_tflops * 1e12 * float(_get(train, "efficiency", 0.45)))
+    flops_per_step = device_flops_per_step(cfg)
+    if calibration is not None:
+        compute_s = calibration.step_s(flops_per_step)
+    else:
+        compute_s = _div(flops_per_step, peak_tflops * 1e12 * float(_get(train, "efficiency", 0.45)))
     bubble = bubble_fraction(lay.pp, lay.micro_batches, lay.vpp, lay.schedule)
     comm = _comm(shape, lay, hw, explicit, compute_s)
-    step_s = compute_s / (1.0 - bubble) + comm.exposed_s
+    step_s = compute_s / (1.0 - bubble) + (comm.exposed_s if calibration is None else 0.0)
     tok_s = _div(tokens_per_step, step_s)
     mfu = _div(tok_s / lay.devices * f2, peak_tflops * 1e12)
     days = _phase_days(cfg, tokens_per_step, tok_s)
@@ -349,7 +363,17 @@ def plan(cfg: Any) -> Plan:
                 tokens_per_s_device=_div(tok_s, lay.devices), tokens_per_s=tok_s, mfu=mfu,
                 hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
                 efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings),
-                engine=_engine_of(cfg))
+                engine=_engine_of(cfg), calibration=calibration.source if calibration else None,
+                fixed_gb=calibration.fixed_gb if calibration and str(_get(hw, "device")) == "cpu" else 0.0)
+
+
+def device_flops_per_step(cfg: Any) -> float:
+    """FLOPs one device computes per optimizer step: its share of the global batch's tokens x F2, with
+    the recomputed forward of recompute=full (what a calibration point's step time is fitted to)."""
+    lay = _layout(cfg)
+    tokens_per_step = float(_get(cfg.train, "global_batch_size", 0)) * model_shape(cfg.model).seq
+    recompute_factor = 4.0 / 3.0 if lay.recompute == "full" else 1.0
+    return tokens_per_step / lay.devices * flops_per_token(model_shape(cfg.model)) * recompute_factor
 
 
 def _engine_of(cfg: Any) -> str:

@@ -34,6 +34,9 @@ def _memory(plan: Any) -> List[str]:
     rows.append(f"           peak {plan.peak_stage} stage {plan.peak_gb:.{digits}f} of "
                 f"{plan.capacity_gb:g} GB per device: {verdict}")
     rows.append(f"           note: {plan.naive_note}")
+    if plan.fixed_gb:
+        rows.append(f"           process: {plan.process_gb:.{digits}f} GB with the framework's fixed "
+                    f"{plan.fixed_gb:.{digits}f} GB ({plan.calibration})")
     return rows
 
 
@@ -72,6 +75,13 @@ def _engine(plan: Any) -> str:
     return "engine     " + _ENGINES.get(plan.engine, plan.engine)
 
 
+def _step_source(plan: Any) -> str:
+    if plan.calibration:
+        return f"(step time {plan.calibration}; `plan.calibrate=true` measures again)"
+    return (f"(assumed: train.efficiency={plan.efficiency:g} of peak while computing, less bubble and "
+            f"exposed comm; `plan.calibrate=true` measures it)")
+
+
 def format_plan(plan: Any) -> str:
     lay = plan.layout
     layout = (f"layout     dp{lay.dp} tp{lay.tp} pp{lay.pp} vpp{lay.vpp} cp{lay.cp} ep{lay.ep} = "
@@ -90,8 +100,7 @@ def format_plan(plan: Any) -> str:
         f"step       {_duration(plan.step_s)} (compute {_duration(plan.compute_s)}, "
         f"bubble {plan.bubble:.1%}, exposed comm {_duration(plan.comm.exposed_s)})",
         f"throughput {_si(plan.tokens_per_s_device)} tokens/s/device, "
-        f"{_si(plan.tokens_per_s)} tokens/s total, MFU {plan.mfu:.1%}{hfu} (assumed: "
-        f"train.efficiency={plan.efficiency:g} of peak while computing, less bubble and exposed comm)",
+        f"{_si(plan.tokens_per_s)} tokens/s total, MFU {plan.mfu:.1%}{hfu} " + _step_source(plan),
         _comm(plan.comm),
         "time       " + " | ".join(f"{p.name} {_duration(p.days * 86400)} ({_si(p.tokens)} tokens)"
                                   for p in plan.phases) + f" | total {_duration(plan.total_days * 86400)}",

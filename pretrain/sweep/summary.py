@@ -17,9 +17,9 @@ from omegaconf import DictConfig
 
 from pretrain.io import write_atomic
 
-COLUMNS = ["job", "label", "status", "engine", "peak_gb", "capacity_gb", "weights_gb", "grads_gb",
-           "optimizer_gb", "activations_gb", "bubble", "step_s", "tokens_per_s", "mfu",
-           "total_days", "measured_tokens_per_s", "val_loss", "reason", "overrides"]
+COLUMNS = ["job", "label", "status", "engine", "peak_gb", "measured_gb", "capacity_gb", "weights_gb",
+           "grads_gb", "optimizer_gb", "activations_gb", "bubble", "step_s", "measured_step_s", "tokens_per_s",
+           "measured_tokens_per_s", "mfu", "total_days", "val_loss", "reason", "overrides"]
 STATUS_ORDER = {"ok": 0, "plan only": 1, "does not fit": 2, "invalid": 3}
 STATUS_COLORS = {"ok": "#55a868", "plan only": "#dd8452", "does not fit": "#c44e52", "invalid": "#999999"}
 
@@ -117,6 +117,9 @@ def _chart(rows: List[Dict[str, Any]], path: Path) -> None:
     for i, r in enumerate(rows):
         if r["status"] == "invalid":
             mem.text(i, 0, "invalid", rotation=90, ha="center", va="bottom", fontsize=8, color="gray")
+    measured_gb = [(i, r["measured_gb"]) for i, r in enumerate(rows) if r.get("measured_gb")]
+    if measured_gb:   # the process's peak host memory (on CPU: with the framework's own)
+        mem.plot(*zip(*measured_gb), "k*", markersize=10, label="measured (process)")
     mem.set_ylabel("GB per device (peak stage)")
     mem.legend(fontsize=8, loc="upper right")
     for status, color in STATUS_COLORS.items():

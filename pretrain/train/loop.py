@@ -24,7 +24,8 @@ from pretrain.resilience.events import EventLog
 from pretrain.resilience.identity import final_tag
 from pretrain.resilience.resume import start_point
 from pretrain.resilience.signals import GracefulStop
-from pretrain.train import build, ranks
+from pretrain.train import build, measure, ranks
+from pretrain.train.measure import PhaseMeter
 from pretrain.train.metrics import WINDOW, MetricsWriter
 from pretrain.train.schedule import curriculum
 from pretrain.train.summary import boundary_line, finish, phase_result
@@ -76,10 +77,35 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
         metrics.close()
         checkpoints.close()
 
-    # summarise: summary.json, the loss curve and the table (rank 0); what this rank trained (every rank)
+    # summarise: summary.json with the plan beside what was measured, the loss curve and the table, the
+    # calibration point (rank 0); what this rank trained (every rank)
+    planned = plan_of(cfg)
+    for result in results:
+        result["planned"] = measure.planned(planned)
     summary = finish(run_dir, trainer, results, time.perf_counter() - started, checkpoints.directory, events)
+    if logging_rank and summary["measured"]["step_s"]:   # else no step ran after compile
+        record_calibration(cfg, planned, summary["measured"]["step_s"])
     summary["rank_evidence"] = build.rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
     return summary
+
+
+def plan_of(cfg: DictConfig) -> Any:
+    """The plan as the launch printed it: the planner with this hardware's calibration, if any."""
+    from pretrain.plan import calibration
+    from pretrain.plan.planner import plan
+
+    return plan(cfg, calibration.load(cfg))
+
+
+def record_calibration(cfg: DictConfig, planned: Any, step_s: float) -> None:
+    """A run's own calibration point: its step time after compile and peak memory for its shape."""
+    from pretrain.plan import calibration
+    from pretrain.plan.planner import device_flops_per_step
+
+    cpu = str(cfg.hardware.device) == "cpu"
+    point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(cfg), step_s,
+                                  measure.peak_rss_gb() if cpu else 0.0, planned.peak_gb)
+    calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
 
 
 def train(trainer: Trainer, plans: List[PhasePlan]) -> List[Dict[str, Any]]:
@@ -107,6 +133,7 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
         s.phase, s.phase_step, s.phase_losses = plan.name, 0, []
         keeper.new_phase()
     started = time.perf_counter()
+    meter = PhaseMeter(saves_before=len(trainer.save_times))
     losses: Dict[int, float] = {}  # global step -> loss, of the steps this process ran
     val: Dict[int, float] = {}
     first_step = s.global_step + 1
@@ -115,6 +142,7 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
     while s.phase_step < plan.steps:
         record = trainer.train_step(plan)
         keeper.beat(s.global_step)
+        meter.step(record, compiled=trainer.steps_run > 1)
         losses[s.global_step] = record["loss"]
         if len(s.phase_losses) < WINDOW:   # checkpointed: the phase's start loss survives a resume
             s.phase_losses.append(record["loss"])
@@ -141,6 +169,8 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
     if not trainer.stopped:
         s.phases_done.append(plan.name)
         trainer.save(tag=final_tag(plan.name))
-    return phase_result(plan, first_step, s.global_step, bool(trainer.stopped), time.perf_counter() - started,
-                        losses, val, trainer.throughput.tokens_per_step,
-                        head=s.phase_losses if resumed else None)
+    result = phase_result(plan, first_step, s.global_step, bool(trainer.stopped), time.perf_counter() - started,
+                          losses, val, trainer.throughput.tokens_per_step,
+                          head=s.phase_losses if resumed else None)
+    result["measured"] = meter.result(trainer.throughput.tokens_per_step, trainer.save_times)
+    return result

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from pretrain.io import write_atomic
+from pretrain.train import measure
 from pretrain.train.metrics import METRICS_FILE, mean_of, window_of
 from pretrain.train.plot import plot_curves
 
@@ -22,6 +23,7 @@ def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: f
         "global_step": trainer.state.global_step,
         "params": sum(int(p.size) for p in trainer.step.net.trainable_params()),
         "wall_s": wall_s,
+        "measured": measure.of_run(results),
     }
     if trainer.stopped:
         summary["stopped"] = trainer.stopped
@@ -36,6 +38,7 @@ def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: f
     else:
         plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
         write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+        note_measured(run_dir / "plan.json", results)
         print(format_summary(summary), flush=True)
     if trainer.stopped:
         print(resume_hint(trainer.stopped, trainer.state.global_step, checkpoints), flush=True)
@@ -106,7 +109,42 @@ def format_summary(summary: Dict[str, Any]) -> str:
             f"{r['loss_start_mean']:>10.3f}/{r['loss_end_mean']:<9.3f}{val:>10}{r['lr_first']:>11.2e}"
             f"{r['lr_last']:>10.2e}{r['tokens_per_s']:>8.0f}{r['wall_s']:>8.0f}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + format_versus(summary["phases"]))
+
+
+def note_measured(plan_json: Path, results: List[Dict[str, Any]]) -> None:
+    """plan.json (the launch's plan) gains, per phase, what the run measured beside it."""
+    try:
+        plan = json.loads(plan_json.read_text())
+    except (OSError, ValueError):   # a run started without the app (tests, pretrain.worker alone)
+        return
+    measured = {**plan.get("measured", {}), **{r["phase"]: r["measured"] for r in results if "measured" in r}}
+    write_atomic(plan_json, json.dumps({**plan, "measured": measured}, indent=2, default=str))
+
+
+_VERSUS = (("step_s", "step s", "{:.3f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
+           ("memory_gb", "memory GB", "{:.2f}"), ("save_s", "save s", "{:.2f}"))
+
+
+def _versus(planned: Dict[str, Any], measured: Dict[str, Any], key: str, fmt: str) -> str:
+    p, m = planned.get(key), measured.get(key)
+    if p is None or m is None:
+        return "-"
+    ratio = f" ({m / p - 1:+.0%})" if p else ""
+    return f"{fmt.format(p)} / {fmt.format(m)}{ratio}"
+
+
+def format_versus(results: List[Dict[str, Any]]) -> List[str]:
+    """Per phase, planned / measured (and how far off) for what the plan promised."""
+    rows = [r for r in results if "planned" in r and "measured" in r]
+    if not rows:
+        return []
+    lines = [f"planned / measured ({rows[0]['planned']['source']}):",
+             f"{'phase':<10}" + "".join(f"{title:>26}" for _, title, _ in _VERSUS)]
+    for r in rows:
+        lines.append(f"{r['phase']:<10}" + "".join(f"{_versus(r['planned'], r['measured'], key, fmt):>26}"
+                                                  for key, _, fmt in _VERSUS))
+    return lines
 
 
 def resume_hint(stopped: str, step: int, directory: Path) -> str:

@@ -113,6 +113,8 @@ class Trainer:
         self.state = TrainState()
         self._last_save = time.monotonic()
         self.saved_at = 0  # global step of the newest checkpoint this process wrote or loaded
+        self.steps_run = 0  # optimizer steps this process ran (its first compiled the graph)
+        self.save_times: List[float] = []  # seconds each save of this process held the loop
         self.overall = ""  # "[k/n] ": which of the run's phases the console is showing
 
     # the keeper's signal handling, as the runner and tests set and read it on the trainer
@@ -136,6 +138,7 @@ class Trainer:
             applied = self.faults.lr(plan.name, index, lr)
         out = self.step.step(split_micro(batch, self.grad_accum), applied)
         step_time = time.perf_counter() - started
+        self.steps_run += 1
         s.global_step += 1
         s.phase_step += 1
         s.lr = lr
@@ -196,6 +199,7 @@ class Trainer:
                 self.state.global_step, self.step.optimizer, self.checkpoint_state(), tag=tag
             )
             took = time.perf_counter() - writing
+            self.save_times.append(took)
             if self.checkpoints.async_save:   # written by a thread: a failure surfaces at the next save
                 self.metrics.note(f"saving step {self.state.global_step} in the background (snapshot in "
                                   f"{took:.1f} s): {path}")

@@ -1,0 +1,104 @@
+"""Planned vs measured, after one calibration: step time and memory of runnable CPU configs.
+
+    python -m pretrain.bench.plan [steps=24] [out=bench-plan] [overrides ...]
+
+1. Calibrate once per hardware option: `plan.calibrate=true` (the probe: one process, one and two
+   micro-batches) for `hardware=cpu`; for `hardware=cpu_2proc`, whose step (two processes sharing the
+   cores, the all-reduce) one process cannot measure, two short real dp2 runs at two batch sizes
+   record their points (as every run does).
+2. Each config below trains `steps` steps of phase general in its own run dir, as a user runs it
+   (`python -m pretrain ...`), with the calibration as step 1 left it (the file is put back before
+   each run, so no measured config calibrates another). plan.json holds what its launch planned,
+   summary.json what it measured (median step after compile, peak host memory of rank 0).
+3. A table: planned and measured step time and process memory per config, their ratio, and whether
+   the step is within 15%. Process wall time of each run is given too. Results go to OUT/results.json.
+
+The configs: single device and dp2, sequence 64 and 128, global batch 8 and 16, on a model between the
+tests' shrunken one and tiny (hidden 128, 4 layers), so a step is compute, not only overhead.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODEL = ["model.hidden_size=128", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
+         "model.ffn_hidden_size=344", "model.max_position_embeddings=128"]
+SINGLE = [(64, 8), (128, 8), (64, 16), (128, 16)]
+DP2_CALIBRATION = [(64, 8), (64, 16)]
+DP2 = [(128, 8), (128, 16)]
+TOLERANCE = 0.15
+
+
+def _run(args, env, cwd):
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pretrain", *args], env=env, cwd=cwd, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): python -m pretrain {' '.join(args)}\n{proc.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def _config(hardware, seq, batch, steps, extra):
+    parallel = "parallel=dp2" if hardware == "cpu_2proc" else "parallel=single"
+    return [*MODEL, f"hardware={hardware}", parallel, f"model.seq_length={seq}", f"train.global_batch_size={batch}",
+            "phase=general", f"train.total_tokens={steps * seq * batch}", "train.eval_every=0",
+            "train.save_every_steps=1000000", *extra]
+
+
+def main(argv):
+    opts = dict(a.split("=", 1) for a in argv if a.split("=", 1)[0] in ("steps", "out"))
+    extra = [a for a in argv if a.split("=", 1)[0] not in ("steps", "out")]
+    steps, out = int(opts.get("steps", 24)), Path(opts.get("out", "bench-plan")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PRETRAIN_CACHE": str(out / "cache")}
+    calibrations = out / "cache" / "calibration"
+    shutil.rmtree(calibrations, ignore_errors=True)
+
+    print("calibrating: cpu by the probe, cpu_2proc by two short dp2 runs ...", flush=True)
+    _run([*_config("cpu", *SINGLE[0], steps, extra), "plan.calibrate=true", "dry_run=true",
+          f"run_dir={out / 'runs' / 'probe'}"], env, out)
+    for seq, batch in DP2_CALIBRATION:
+        _run([*_config("cpu_2proc", seq, batch, steps, extra), f"run_dir={out / 'runs' / f'cal-{seq}-{batch}'}"],
+             env, out)
+    kept = out / "calibration-used"
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(calibrations, kept)
+
+    rows = []
+    for hardware, configs in (("cpu", SINGLE), ("cpu_2proc", DP2)):
+        for seq, batch in configs:
+            shutil.rmtree(calibrations)
+            shutil.copytree(kept, calibrations)
+            run = out / "runs" / f"{hardware}-{seq}-{batch}"
+            shutil.rmtree(run, ignore_errors=True)
+            wall = _run([*_config(hardware, seq, batch, steps, extra), f"run_dir={run}"], env, out)
+            plan = json.loads((run / "plan.json").read_text())
+            measured = json.loads((run / "summary.json").read_text())["measured"]
+            rows.append({"hardware": hardware, "seq": seq, "batch": batch, "planned_step_s": plan["step_s"],
+                         "measured_step_s": measured["step_s"], "planned_gb": plan["peak_gb"] + plan["fixed_gb"],
+                         "measured_gb": measured["memory_gb"], "wall_s": wall, "source": plan["calibration"]})
+            print(_line(rows[-1]), flush=True)
+    (out / "results.json").write_text(json.dumps(rows, indent=1))
+    print(_table(rows))
+
+
+def _line(r):
+    ratio = r["measured_step_s"] / r["planned_step_s"]
+    return (f"{r['hardware']:<10}{r['seq']:>5}{r['batch']:>6}{r['planned_step_s']:>10.3f}{r['measured_step_s']:>10.3f}"
+            f"{ratio:>7.2f}{'yes' if abs(ratio - 1) <= TOLERANCE else 'NO':>6}{r['planned_gb']:>9.2f}"
+            f"{r['measured_gb']:>9.2f}{r['wall_s']:>8.0f}")
+
+
+def _table(rows):
+    head = (f"{'hardware':<10}{'seq':>5}{'batch':>6}{'plan s':>10}{'meas s':>10}{'ratio':>7}{'<15%':>6}"
+            f"{'plan GB':>9}{'meas GB':>9}{'wall s':>8}")
+    within = sum(abs(r["measured_step_s"] / r["planned_step_s"] - 1) <= TOLERANCE for r in rows)
+    return "\n".join([head, *map(_line, rows), f"{within} of {len(rows)} within {TOLERANCE:.0%} "
+                      f"(calibration: {rows[0]['source'] if rows else '-'})"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,45 @@
+"""What a phase measured of itself, set beside what the plan said: step time, tokens/s, peak host
+memory and checkpoint save time (summary.json, the printed summary, plan.json, the calibration a run
+records). The first step a process runs compiles the graph: it is left out of the step time."""
+import resource
+import statistics
+from typing import Any, Dict, List, Optional
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far (rank 0's: the one that writes the summary)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
+class PhaseMeter:
+    def __init__(self, saves_before: int):
+        self.step_times: List[float] = []
+        self.saves_before = saves_before   # index into the trainer's save_times where this phase starts
+
+    def step(self, record: Dict[str, Any], compiled: bool) -> None:
+        if compiled:
+            self.step_times.append(float(record["step_time_s"]))
+
+    def result(self, tokens_per_step: int, save_times: List[float]) -> Dict[str, Optional[float]]:
+        median = statistics.median(self.step_times) if self.step_times else None
+        saves = save_times[self.saves_before:]
+        return {"step_s": median, "tokens_per_s": tokens_per_step / median if median else None,
+                "memory_gb": peak_rss_gb(), "save_s": statistics.median(saves) if saves else None,
+                "steps_timed": len(self.step_times)}
+
+
+def planned(plan: Any) -> Dict[str, Any]:
+    """The plan's figures that a run measures too (per device; memory with the measured fixed part)."""
+    return {"step_s": plan.step_s, "tokens_per_s": plan.tokens_per_s, "memory_gb": plan.process_gb,
+            "save_s": plan.checkpoint.write_s, "comm_s": plan.comm.exposed_s,
+            "source": plan.calibration or f"assumed train.efficiency={plan.efficiency:g}"}
+
+
+def of_run(results: List[Dict[str, Any]]) -> Dict[str, Optional[float]]:
+    """The run's step time after compile (its phases' medians weighted by their timed steps: the phases
+    of a run share one shape) and peak host memory; summary.json's "measured", a sweep row's columns."""
+    timed = [r["measured"] for r in results if (r.get("measured") or {}).get("step_s")]
+    if not timed:
+        return {"step_s": None, "memory_gb": None}
+    return {"step_s": sum(m["step_s"] * m["steps_timed"] for m in timed) / sum(m["steps_timed"] for m in timed),
+            "memory_gb": max(m["memory_gb"] for m in timed)}

@@ -1,0 +1,75 @@
+"""The plan's step time and memory from measurements: the calibration store, its fit, the plan that uses
+it, and the planned / measured table every run prints."""
+import json
+
+import pytest
+
+from pretrain.plan import calibration
+from pretrain.plan.calibration import Point, fit
+from pretrain.plan.planner import device_flops_per_step, format_plan, plan
+from pretrain.train.summary import format_versus, note_measured
+
+
+def point(flops, step_s, shape=None, rss=4.5, planned=0.5):
+    return Point(shape=shape or f"s{flops}", flops=flops, step_s=step_s, rss_gb=rss, planned_gb=planned,
+                 host="h", date="2026-12-03")
+
+
+def test_two_sizes_separate_the_fixed_cost_from_the_rate():
+    cal = fit("cpu", [point(1e9, 0.3), point(2e9, 0.5), point(4e9, 0.9)])   # 0.1 s + 1e9 FLOP / 0.2 s
+    assert cal.overhead_s == pytest.approx(0.1) and cal.flops_per_s == pytest.approx(5e9)
+    assert cal.step_s(3e9) == pytest.approx(0.7)
+    assert cal.fixed_gb == pytest.approx(4.0) and cal.points == 3
+
+
+def test_one_size_or_a_negative_fixed_cost_keeps_the_rate_alone():
+    assert fit("cpu", [point(2e9, 0.5)]).overhead_s == 0.0
+    assert fit("cpu", [point(2e9, 0.5)]).flops_per_s == pytest.approx(4e9)
+    noisy = fit("cpu", [point(1e9, 0.1), point(2e9, 0.5)])   # the line would cross zero below 0.75e9
+    assert noisy.overhead_s == 0.0 and noisy.step_s(3e9) == pytest.approx(3e9 * 0.6 / 3e9)
+    assert fit("cpu", []) is None
+
+
+def test_a_later_point_of_the_same_shape_replaces_the_older(tmp_path):
+    calibration.record(str(tmp_path), "cpu", point(1e9, 0.3, shape="a"))
+    calibration.record(str(tmp_path), "cpu", point(2e9, 0.5, shape="b"))
+    calibration.record(str(tmp_path), "cpu", point(1e9, 0.4, shape="a"))
+    assert [(p.shape, p.step_s) for p in calibration.read_points(str(tmp_path), "cpu")] == [("b", 0.5), ("a", 0.4)]
+    (tmp_path / "calibration" / "cpu.json").write_text("not json")
+    assert calibration.read_points(str(tmp_path), "cpu") == []   # unreadable: the plan assumes again
+
+
+def test_a_calibrated_plan_says_so_and_uses_the_fit(compose_many):
+    cfg = compose_many([])
+    flops = device_flops_per_step(cfg)
+    cal = fit("cpu", [point(flops, 0.8, planned=plan(cfg).peak_gb, rss=4.2)])
+    assumed, measured = plan(cfg), plan(cfg, cal)
+    assert measured.step_s == pytest.approx(0.8) and measured.tokens_per_s == pytest.approx(
+        assumed.tokens_per_step / 0.8)
+    assert measured.process_gb == pytest.approx(4.2) and assumed.fixed_gb == 0.0
+    assert "measured on h, 2026-12-03" in format_plan(measured) and "assumed" not in format_plan(measured)
+    assert "(assumed: train.efficiency=0.45" in format_plan(assumed)
+    ascend = compose_many(["model=llama3_8b", "hardware=ascend910b_1x8", "parallel=dp8"])
+    assert plan(ascend, cal).fixed_gb == 0.0   # host memory says nothing of a device's
+
+
+def test_the_summary_sets_measured_beside_planned_and_plan_json_keeps_it(tmp_path):
+    planned = {"step_s": 0.5, "tokens_per_s": 4000.0, "memory_gb": 4.0, "save_s": 0.1, "comm_s": 0.0,
+               "source": "measured on h, 2026-12-03 (1 point)"}
+    measured = {"step_s": 0.6, "tokens_per_s": 3333.0, "memory_gb": 4.4, "save_s": None, "steps_timed": 9}
+    lines = format_versus([{"phase": "general", "planned": planned, "measured": measured}])
+    assert lines[0] == "planned / measured (measured on h, 2026-12-03 (1 point)):"
+    assert "0.500 / 0.600 (+20%)" in lines[2] and "4.00 / 4.40 (+10%)" in lines[2] and lines[2].endswith("-")
+    (tmp_path / "plan.json").write_text(json.dumps({"step_s": 0.5}))
+    note_measured(tmp_path / "plan.json", [{"phase": "general", "measured": measured}])
+    assert json.loads((tmp_path / "plan.json").read_text()) == {"step_s": 0.5, "measured": {"general": measured}}
+
+
+def test_a_plan_takes_its_own_architectures_points_first(tmp_path, compose_many):
+    cfg = compose_many([f"data.cache_dir={tmp_path}"])
+    other = point(1e9, 5.0, shape="other-arch|s64")
+    calibration.record(str(tmp_path), "cpu", other)
+    assert calibration.load(cfg).flops_per_s == pytest.approx(2e8)   # only another's: better than assuming
+    own = point(1e9, 0.5, shape=f"{calibration.arch_key(cfg)}|s64")
+    calibration.record(str(tmp_path), "cpu", own)
+    assert calibration.load(cfg).flops_per_s == pytest.approx(2e9) and calibration.load(cfg).points == 1
