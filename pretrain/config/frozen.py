@@ -49,10 +49,10 @@ def keep_hand_edit(path: Path, cfg: Any) -> Optional[str]:
 
 def _differences(edited: Path, cfg: Any) -> str:
     try:
-        mine = _flat(OmegaConf.to_container(OmegaConf.load(edited)))
+        mine = flatten(OmegaConf.to_container(OmegaConf.load(edited)))
     except Exception:  # a broken edit: no keys to name
         return ""
-    now = _flat(OmegaConf.to_container(cfg, resolve=True))
+    now = flatten(OmegaConf.to_container(cfg, resolve=True))
     keys = sorted(k for k in set(mine) | set(now) if mine.get(k) != now.get(k))
     if not keys:
         return ""
@@ -61,10 +61,11 @@ def _differences(edited: Path, cfg: Any) -> str:
     return f" ({shown}{f' and {len(keys) - 5} more' if len(keys) > 5 else ''})"
 
 
-def _flat(tree: Any, prefix: str = "") -> Dict[str, Any]:
+def flatten(tree: Any, prefix: str = "") -> Dict[str, Any]:
+    """A nested config as {dotted key: value} (what comparisons of two configs name)."""
     if not isinstance(tree, dict):
         return {prefix: tree}
     out: Dict[str, Any] = {}
     for key, value in tree.items():
-        out.update(_flat(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
+        out.update(flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
     return out

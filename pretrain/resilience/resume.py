@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pretrain.config.errors import PretrainRunError
+from pretrain.config.frozen import flatten
 from pretrain.resilience.checkpoint import MANIFEST, CheckpointInfo, CheckpointManager, read_state, verify
 from pretrain.resilience.identity import architecture, final_tag
 
@@ -106,7 +107,7 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
     if saved is None:
         return []
     saved, current = same_phase_shape(saved, current)
-    old, new = _flatten(saved), _flatten(current)
+    old, new = flatten(saved), flatten(current)
     changed = [k for k in config_changes(saved, current) if k not in NOT_THE_RUN]
     allowed = RESUMABLE + (DP_CHANGE if "parallel.dp" in changed else ())
     # A key the checkpoint's config lacks is one a newer pretrain added: the user cannot restore it,
@@ -233,14 +234,5 @@ def config_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any]) -> 
     run's (a resumed run is only the same run when this is empty)."""
     if saved is None:
         return []
-    old, new = _flatten(saved), _flatten(current)
+    old, new = flatten(saved), flatten(current)
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-
-
-def _flatten(tree: Any, prefix: str = "") -> Dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: Dict[str, Any] = {}
-    for key, value in tree.items():
-        out.update(_flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}"))
-    return out
