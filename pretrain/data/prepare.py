@@ -7,9 +7,10 @@ stage is published, so a rerun redoes only unfinished tasks):
   tokenizers/<key>/           sentencepiece trained on all sources       key: clean keys + tokenizer cfg
   datasets/<source>-<key>/    tokenize -> pack -> shard -> manifest      key: clean key + tokenizer
                                                                          file + seq_length/packing/shards
-Inputs are identified by path, size and modification time (files) or by the Python installation
-(builtin sample sources). A second call with the same inputs and config only stats the inputs,
-hashes the tokenizer file and reads the manifests.
+Inputs are identified by path and the sha256 of their bytes (files: hashing.content_fingerprint,
+so an edit is never missed, whatever its size and mtime) or by the generator's code and the Python
+installation (builtin sample sources). A second call with the same inputs and config only hashes
+the inputs and the tokenizer file and reads the manifests.
 
 What is reused is checked first (file sizes against what the stage recorded, the tokenizer
 loads, the manifest parses); a damaged entry is set aside and built again, with a warning line.
@@ -33,10 +34,10 @@ from pretrain.config.errors import PretrainDataError
 from pretrain.config.validate import check_data_config
 from pretrain.data import tokenizer as tokenizers
 from pretrain.data.fsutil import building, sweep_stale, temp_dir_for, write_json_atomic
-from pretrain.data.hashing import digest, file_sha256
+from pretrain.data.hashing import content_fingerprint, digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
-from pretrain.data.sources import fingerprint, resolve_files
+from pretrain.data.sources import resolve_files
 from pretrain.data.stages import forget, sweep_work
 from pretrain.data.stages import progress as stage_progress
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
@@ -236,7 +237,7 @@ def _damaged_dataset(final: Path) -> Optional[str]:
 def _plan(name: str, src, cfg) -> _Source:
     from pretrain.data import sample
     files = resolve_files(name, list(src.paths)) if src.paths else []
-    inputs = {"files": fingerprint(files),
+    inputs = {"files": content_fingerprint(files),
               "builtin": sample.fingerprint(src.builtin) if src.builtin else None}
     key = digest({"v": VERSION, "inputs": inputs, "text_field": src.text_field, "clean": _plain(cfg.clean),
                   "dedup": _plain(cfg.dedup), "val_fraction": cfg.val_fraction})
