@@ -36,7 +36,8 @@ def corpus(root: Path) -> None:
     import functools
     import logging
     import unittest
-    docs = list(dict.fromkeys(d for mod in (argparse, collections, functools, json, logging, subprocess, unittest)
+    modules = (argparse, collections, functools, json, logging, subprocess, unittest)
+    docs = list(dict.fromkeys(d for mod in modules
                               for name in dir(mod) for d in [getattr(getattr(mod, name), "__doc__", None)]
                               if isinstance(d, str) and len(d) > 200))
     for source in SOURCES:

@@ -58,7 +58,8 @@ def test_a_mixture_edit_is_refused_whether_it_changes_or_adds_a_key(key):
     with pytest.raises(PretrainRunError, match=key.replace(".", r"\.") + r" \(.*mixture/source change"):
         resume_changes(saved, now(), "ckpt")
     deliberate = now(**{"resilience.allow_data_change": True})
-    assert [k for k, _, _ in resume_changes(saved, deliberate, "ckpt")] == [key, "resilience.allow_data_change"]
+    assert [k for k, _, _ in resume_changes(saved, deliberate, "ckpt")] == [key,
+                                                                           "resilience.allow_data_change"]
 
 
 def test_data_identity_differences_are_one_line_unless_allowed():

@@ -86,7 +86,7 @@ def data_changes(saved: Any, current: Dict[str, Any], where: Any, allow: bool) -
     if changed and not allow:
         what = ", ".join(f"{k} ({o or '<none>'} -> {n or '<none>'})" for k, o, n in changed)
         raise PretrainRunError(f"checkpoint {where} was trained on other data than this run prepared: {what} "
-                               f"differ (the corpus changed, the tokenizer was retrained or data.tokenizer.path "
-                               f"replaced; the same token ids would mean other text). Restore the data "
-                               f"and tokenizer it was trained on, or {override}")
+                               f"differ (the corpus changed, the tokenizer was retrained or "
+                               f"data.tokenizer.path replaced; the same token ids would mean other text). "
+                               f"Restore the data and tokenizer it was trained on, or {override}")
     return changed

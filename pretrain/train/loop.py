@@ -54,8 +54,9 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     check_prepared(cfg, prepared)
     # the data the start checkpoint was trained on: refused (or, overridden, logged) before the model builds
     identity = data_identity(prepared)
+    allow = bool(cfg.resilience.allow_data_change)
     data_changed = [] if start is None else data_changes(read_state(start.info).get("data"), identity,
-                                                         start.info.path, bool(cfg.resilience.allow_data_change))
+                                                         start.info.path, allow)
     pad = build.pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
     metrics = MetricsWriter(run_dir, enabled=logging_rank)
     trainer = build.build_trainer(cfg, pad, metrics, checkpoints, events)
