@@ -30,7 +30,7 @@ def run_job(cfg: DictConfig) -> None:
                            "overrides": " ".join(hydra_cfg.overrides.task)}
     try:
         if in_sweep:   # the job's plan and commands go to its own log; the console gets one line
-            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+            rundir.claim(Path(cfg.run_dir))
             with open(Path(cfg.run_dir) / "job.log", "w") as log, contextlib.redirect_stdout(log):
                 row.update(execute(cfg))
         else:
