@@ -134,8 +134,8 @@ def claim(run_dir: Path) -> None:
         raise not_writable(run_dir, e) from None
     if set(entries) - _NOT_FILES and not made_by_pretrain(run_dir):
         shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
-        raise PretrainRunError(f"run_dir {run_dir} is not empty and not a pretrain run dir (it holds {shown}, "
-                               f"and no {MARKER}): a run would overwrite files there; choose a new or empty "
+        raise PretrainRunError(f"run_dir {run_dir} is not empty and not a pretrain run dir (it holds "
+                               f"{shown}, and no {MARKER}): a run would overwrite files there; choose a new or empty "
                                f"run_dir, or `touch {marker}` to let pretrain use this one")
     try:
         marker.write_text("a pretrain run directory: its config.yaml, checkpoints and logs are pretrain's\n")

@@ -40,7 +40,7 @@ def test_an_unrelated_directory_is_refused_before_anything_is_written_or_moved(t
     before = snapshot(mine)
     for mode in ([], ["dry_run=true"]):
         line = one_error_line(pretrain(tmp_path, f"run_dir={mine}", *SMALL, *mode))
-        assert f"run_dir {mine} is not empty and not a pretrain run dir (it holds checkpoints, config.yaml" in line
+        assert f"run_dir {mine} is not empty and not a pretrain run dir (it holds checkpoints, config" in line
         assert f"`touch {mine / MARKER}`" in line
         assert snapshot(mine) == before      # no .lock, no marker, no .hydra/, nothing quarantined
     assert sorted(os.listdir(tmp_path)) == ["mine"]
@@ -75,7 +75,7 @@ def test_claim_takes_new_empty_and_marked_dirs_only(tmp_path):
     assert (tmp_path / "new" / MARKER).is_file() and (tmp_path / "empty" / MARKER).is_file()
     theirs = tmp_path / "theirs"
     theirs.mkdir()
-    (theirs / "config.yaml").write_text("model: {hidden_size: 5}\n")   # a config, but not a frozen one of ours
+    (theirs / "config.yaml").write_text("model: {hidden_size: 5}\n")   # a config, not a frozen one of ours
     with pytest.raises(PretrainRunError, match="not a pretrain run dir"):
         claim(theirs)
     (theirs / MARKER).touch()                  # the user says it is one

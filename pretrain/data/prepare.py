@@ -19,6 +19,7 @@ PRETRAIN_CACHE) is still reused. Temp directories never outlive their build (fsu
 ones a kill -9 left are swept at the start of the next call, and SIGINT/SIGTERM end the call
 with one line and exit code 130/143 (interrupt.py).
 """
+import errno
 import json
 import os
 import shutil
@@ -173,15 +174,37 @@ def _prepare(data_cfg, progress: bool, build: bool) -> Dict[str, Prepared]:
                 engine.close()
                 forget()                      # this process's per-task caches (tokenizers, stores)
                 sweep_work(cache / "work")    # what tasks stopped by an error or interrupt left
-    except OSError as exc:
-        # Writing the cache failed (full disk, no permission, a file where a directory belongs):
-        # say which cache; errors reading the inputs are counted per document, not raised.
+    except (OSError, RuntimeError) as exc:
+        if _disk_full(exc):   # from any writer, in any worker: numpy's zip writer names no file
+            raise PretrainDataError(f"data.cache_dir={cache}: the disk filled up while preparing the data "
+                                    f"({_free(cache)} free now that the unfinished output is removed); free "
+                                    f"space there or point data.cache_dir (or PRETRAIN_CACHE) at a larger disk: "
+                                    f"finished stages are kept and reused") from None
+        if not isinstance(exc, OSError):
+            raise
+        # Writing the cache failed (no permission, a file where a directory belongs): say which
+        # cache; errors reading the inputs are counted per document, not raised.
         where = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else ""
         if not where.startswith(os.path.abspath(cache) + os.sep):
             raise
         raise PretrainDataError(f"data.cache_dir={cache}: {exc.strerror or exc} ({where}); free space "
                                 f"there or point data.cache_dir (or PRETRAIN_CACHE) at a writable directory"
                                 ) from None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A full disk (or quota), as an OSError or as MindRecord's RuntimeError ("No free disk to be used
+    while writing mindrecord files", shard_writer.cc)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "No free disk" in str(exc)
+
+
+def _free(cache: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(cache).free / 2**20:.1f} MiB"
+    except OSError:
+        return "unknown"
 
 
 def _discard(final: Path, why: str) -> None:
