@@ -144,7 +144,9 @@ def _layout(cfg) -> Iterator[str]:
 def _model(cfg) -> Iterator[str]:
     m, p = cfg.model, cfg.parallel
     if m.head_dim is None and m.hidden_size % m.num_heads:
-        yield f"model.hidden_size({m.hidden_size}) % model.num_heads({m.num_heads}) != 0; set model.head_dim explicitly"
+        yield (f"model.hidden_size({m.hidden_size}) % model.num_heads({m.num_heads}) != 0: make hidden_size a "
+               f"multiple of num_heads, or set model.head_dim explicitly (then planned only: MindFormers 1.9.0 "
+               f"cannot train it)")
     if m.num_heads % m.num_kv_heads:
         yield f"model.num_heads({m.num_heads}) % model.num_kv_heads({m.num_kv_heads}) != 0 (grouped-query attention)"
     for key in ("num_heads", "num_kv_heads", "vocab_size"):
@@ -416,6 +418,11 @@ def _mindformers(cfg) -> Iterator[str]:
     if moe and float(cfg.train.z_loss) > 0:
         yield (f"train.z_loss={cfg.train.z_loss} with model.num_experts={m.num_experts}: z-loss is computed "
                f"from the model's logits, a path without MindFormers' MoE balance loss; set train.z_loss=0")
+    if m.hidden_size % m.num_heads:   # with head_dim set: the rulebook's first rule let it through
+        yield (f"model.hidden_size({m.hidden_size}) % model.num_heads({m.num_heads}) != 0 (model.head_dim="
+               f"{m.head_dim}): MindFormers 1.9.0's attention (parallel_core/training_graph/transformer/"
+               f"attention.py) requires hidden_size to be a multiple of num_heads whatever the head size; "
+               f"make hidden_size a multiple of num_heads to train here")
     if hw.device == "cpu" and hw.precision != "fp32":
         yield (f"hardware.precision={hw.precision} on hardware.device=cpu: the CPU graph runs in fp32 only "
                f"(bf16 fails or is slower); set hardware.precision=fp32")
