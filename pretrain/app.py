@@ -30,7 +30,7 @@ def run_job(cfg: DictConfig) -> None:
                            "overrides": " ".join(hydra_cfg.overrides.task)}
     try:
         if in_sweep:   # the job's plan and commands go to its own log; the console gets one line
-            Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+            rundir.claim(Path(cfg.run_dir))
             with open(Path(cfg.run_dir) / "job.log", "w") as log, contextlib.redirect_stdout(log):
                 row.update(execute(cfg))
         else:
@@ -89,15 +89,16 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
         return row
     # Held until the launch returns: the in-process run, or msrun and every rank it starts.
     with rundir.RunDirLock(run_dir):
-        accept(cfg, run_dir)
+        begin = accept(cfg, run_dir)
         freeze(cfg, plan.to_dict(), run_dir)
-        row.update(start(cfg, run_dir))
+        row.update(start(cfg, run_dir, begin))
     return row
 
 
-def start(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+def start(cfg: DictConfig, run_dir: Path, begin: Any = None) -> Dict[str, Any]:
     """The frozen run: node scripts for several nodes; else the data ready, then trained in this
-    process (one device) or by msrun's ranks. Returns what a sweep row records of it."""
+    process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`: the
+    checkpoint it continues from (accept), whose data must be what was prepared."""
     from pretrain import launch
     if cfg.hardware.num_nodes > 1:
         return launch.write_nodes(cfg, run_dir)
@@ -111,6 +112,11 @@ def start(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     prepared = prepare(cfg.data)
     # once, before any rank starts: ranks only read the cache
     print(summary_table(prepared, float(cfg.data.val_fraction)), flush=True)
+    if begin is not None:   # before msrun starts any rank (each rank's loop checks again, and logs)
+        from pretrain.resilience.checkpoint import read_state
+        from pretrain.resilience.identity import data_changes, data_identity
+        data_changes(read_state(begin.info).get("data"), data_identity(prepared), begin.info.path,
+                     bool(cfg.resilience.allow_data_change))
     from pretrain.train.build import pad_token_id
     launch.write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
     if not launch.in_process(cfg):
@@ -119,12 +125,13 @@ def start(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     return launch.measured(train(cfg))
 
 
-def accept(cfg: DictConfig, run_dir: Path) -> None:
+def accept(cfg: DictConfig, run_dir: Path) -> Any:
     """Refuse, before the run dir's config.yaml and plan.json are replaced, a run that could not
     continue from its checkpoints: none verifies (unusable ones are quarantined), another phase
-    selection, or a config change a resume may not make."""
+    selection, or a config change a resume may not make. Returns where it continues from (a
+    resume.Start), or None."""
     if not (run_dir / "checkpoints").is_dir():
-        return
+        return None
     from pretrain.resilience.checkpoint import CheckpointManager
     from pretrain.resilience.events import EventLog
     from pretrain.resilience.resume import start_point
@@ -132,7 +139,7 @@ def accept(cfg: DictConfig, run_dir: Path) -> None:
         checkpoints = CheckpointManager(run_dir / "checkpoints", events=events,
                                         keep_latest=int(cfg.train.keep_checkpoint_max),
                                         start_fresh=bool(cfg.resilience.start_fresh))
-        start_point(cfg, checkpoints)
+        return start_point(cfg, checkpoints)[0]
 
 
 def dry_run_freeze(cfg: DictConfig, plan: Dict[str, Any], run_dir: Path) -> Path:

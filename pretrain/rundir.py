@@ -7,6 +7,13 @@ when the holder dies, however it dies, so a kill -9 leaves no stale lock; the fi
 (pid and host of the last holder, for the error the next contender prints). Ranks never lock:
 they run under their launcher's lock, which msrun inherits (held_fd) so orphaned ranks still hold
 it after a kill -9 of the launcher; forked helpers do not inherit it.
+
+A run dir is ours only when it is new, empty or carries our marker RUN_DIR/.pretrain-run (written
+when a command first takes it): anything else may be someone's files, which a run would overwrite
+(config.yaml, metrics.jsonl, plan.json, summary.json, loss_curve.png, checkpoints/), so it is
+refused before a byte is written or moved. A run dir an earlier pretrain made (before the marker)
+is recognised by its frozen config.yaml, a mapping with every top-level key our config has, and
+marked.
 """
 import fcntl
 import json
@@ -16,11 +23,18 @@ import time
 from pathlib import Path
 from typing import Dict, Optional, Union
 
+import yaml
+
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience.checkpoint import QUARANTINE
 
 LOCK_FILE = ".lock"
 DRY_RUN_DIR = "dry_run"     # where a dry run on a directory that holds a run writes its config and plan
+MARKER = ".pretrain-run"    # this directory is a pretrain run dir
+# Hydra's own output dir of an earlier pretrain (it wrote .hydra/ into run_dir before any check ran)
+_NOT_FILES = {".hydra", LOCK_FILE}
+# what a frozen config.yaml of any pretrain version has at its top level
+_FROZEN_KEYS = {"run_dir", "model", "parallel", "phase", "hardware", "data", "train", "resilience"}
 
 _held: Dict[str, int] = {}  # resolved run dir -> fd of the lock this process holds
 
@@ -50,7 +64,7 @@ class RunDirLock:
         self.fd: Optional[int] = None
 
     def acquire(self) -> "RunDirLock":
-        ensure_dir(self.run_dir)
+        claim(self.run_dir)
         path = self.run_dir / LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)   # O_CLOEXEC: children only by held_fd
@@ -105,6 +119,37 @@ def holds_run(run_dir: Union[str, os.PathLike]) -> bool:
                                      for e in ckpt.iterdir())
     except OSError:
         return False
+
+
+def claim(run_dir: Path) -> None:
+    """run_dir as our directory (created, or marked): one line, before anything is written or
+    moved there, when it holds files pretrain did not make."""
+    ensure_dir(run_dir)
+    marker = run_dir / MARKER
+    if marker.is_file():
+        return
+    try:
+        entries = sorted(os.listdir(run_dir))
+    except OSError as e:
+        raise not_writable(run_dir, e) from None
+    if set(entries) - _NOT_FILES and not made_by_pretrain(run_dir):
+        shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
+        raise PretrainRunError(f"run_dir {run_dir} is not empty and not a pretrain run dir (it holds "
+                               f"{shown}, and no {MARKER}): a run would overwrite files there; choose a new or empty "
+                               f"run_dir, or `touch {marker}` to let pretrain use this one")
+    try:
+        marker.write_text("a pretrain run directory: its config.yaml, checkpoints and logs are pretrain's\n")
+    except OSError as e:
+        raise not_writable(run_dir, e) from None
+
+
+def made_by_pretrain(run_dir: Path) -> bool:
+    """A run dir of an earlier pretrain, before the marker: its frozen config.yaml."""
+    try:
+        frozen = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(frozen, dict) and _FROZEN_KEYS <= set(frozen)
 
 
 def ensure_dir(run_dir: Path) -> None:

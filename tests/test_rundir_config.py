@@ -32,12 +32,54 @@ def test_allowed_changes_are_returned_with_both_values():
         ("train.log_every", 1, 5)]
 
 
-def test_a_key_added_since_the_checkpoint_is_recorded_but_a_removed_one_refused():
-    now = changed(data__document_mask=True)   # a key a newer pretrain added: nothing to restore
-    assert resume_changes(SAVED, now, "ckpt") == [("data.document_mask", None, True)]
+def test_a_key_the_checkpoint_lacks_is_refused_unless_a_data_change_is_allowed():
+    """Issue 27: a key absent from the checkpoint's config (a newer pretrain's, or added with +) was
+    "allowed on resume"; what the checkpoint trained with is unknown, so it is a data change now."""
+    now = changed(data__document_mask=True)
+    with pytest.raises(PretrainRunError, match=r"data.document_mask \('<absent>' -> True\).*"
+                                               r"resilience.allow_data_change=true accepts it"):
+        resume_changes(SAVED, now, "ckpt")
+    deliberate = changed(data__document_mask=True, resilience__allow_data_change=True)
+    assert resume_changes(SAVED, deliberate, "ckpt") == [("data.document_mask", None, True),
+                                                         ("resilience.allow_data_change", None, True)]
     del now["train"]["total_tokens"]
     with pytest.raises(PretrainRunError, match=r"train.total_tokens \(100 -> '<absent>'\)"):
         resume_changes(SAVED, now, "ckpt")
+
+
+@pytest.mark.parametrize("key", ["phase.general.mix.general", "phase.general.mix.reasoning"])
+def test_a_mixture_edit_is_refused_whether_it_changes_or_adds_a_key(key):
+    saved = changed(phase__general__mix__general=1.0)
+
+    def now(**edits):
+        cfg = OmegaConf.create(saved)
+        for k, value in {key: 0.5, **edits}.items():
+            OmegaConf.update(cfg, k, value)
+        return OmegaConf.to_container(cfg)
+    with pytest.raises(PretrainRunError, match=key.replace(".", r"\.") + r" \(.*mixture/source change"):
+        resume_changes(saved, now(), "ckpt")
+    deliberate = now(**{"resilience.allow_data_change": True})
+    assert [k for k, _, _ in resume_changes(saved, deliberate, "ckpt")] == [key,
+                                                                           "resilience.allow_data_change"]
+
+
+def test_data_identity_differences_are_one_line_unless_allowed():
+    from pretrain.resilience.identity import data_changes
+    saved = {"tokenizer": "aaaa", "datasets": {"general": "g1", "reasoning": "r1"}}
+    same = {"tokenizer": "aaaa", "datasets": {"general": "g1", "reasoning": "r1"}}
+    assert data_changes(saved, same, "c/step_3", allow=False) == []
+    other = {"tokenizer": "bbbb", "datasets": {"general": "g2", "reasoning": "r1"}}
+    with pytest.raises(PretrainRunError) as err:
+        data_changes(saved, other, "c/step_3", allow=False)
+    line = str(err.value)
+    assert "\n" not in line and "checkpoint c/step_3 was trained on other data" in line
+    assert "tokenizer (aaaa -> bbbb), dataset general (g1 -> g2) differ" in line and "reasoning" not in line
+    assert "resilience.allow_data_change=true" in line
+    assert data_changes(saved, other, "c", allow=True) == [("tokenizer", "aaaa", "bbbb"),
+                                                           ("dataset general", "g1", "g2")]
+    with pytest.raises(PretrainRunError, match="written by an older pretrain that did not record"):
+        data_changes(None, other, "c/step_3", allow=False)
+    assert data_changes(None, other, "c", allow=True) == [("data", None, other)]
 
 
 def test_a_long_list_of_refused_keys_stays_one_readable_line():

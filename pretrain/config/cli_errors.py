@@ -6,7 +6,8 @@ exits 1. Before the job starts, every such failure is bad input, so we condense 
 Errors raised inside a running job keep Hydra's own handling. Two failures come before Hydra
 can say anything useful: an argument that is not UTF-8 (an unquoted path with a byte like 0xff:
 Python hands it over surrogate-escaped, and Hydra's lexer or the UTF-8 config.yaml chokes on it),
-and a run_dir Hydra cannot create or write (it puts .hydra/ and the job log there).
+and an output dir Hydra cannot create or write (a sweep's dir with its job logs; a single run's
+Hydra output dir is `.` with no .hydra/, conf/config.yaml, so run_dir is pretrain's own check).
 
 An override Hydra's grammar cannot read (an unquoted non-ASCII path: its raw
 LexerNoViableAltException) is one line with the quoting that makes it a string.

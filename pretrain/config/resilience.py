@@ -30,6 +30,10 @@ class ResilienceConfig:
     # from step 0. false: that is an error, never a silent fresh start. A checkpoint that verifies is
     # always resumed from, so the key can stay in a command that a supervisor repeats.
     start_fresh: bool = False
+    # true: a resume may continue on other data (a retrained or replaced tokenizer, another corpus,
+    # another mixture, a checkpoint from a pretrain that did not record its data): a deliberate
+    # change, logged as a `data_change` event. false: such a resume is refused in one line.
+    allow_data_change: bool = False
     # A launch on one host (pretrain/launch/msrun.py) restarts a failed or hung job from its newest
     # verified checkpoint by itself, up to max_restarts times within restart_window seconds
     # (torchrun's --max-restarts); past that, with elastic, it leaves out the rank that keeps failing

@@ -15,8 +15,9 @@ Each line names the keys and every factor, e.g.
 Pure Python: no mindspore import. Code elsewhere (model builder, MindFormers export, schedule,
 data preparation) relies on these checks instead of repeating them.
 """
+import os
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -143,7 +144,9 @@ def _layout(cfg) -> Iterator[str]:
 def _model(cfg) -> Iterator[str]:
     m, p = cfg.model, cfg.parallel
     if m.head_dim is None and m.hidden_size % m.num_heads:
-        yield f"model.hidden_size({m.hidden_size}) % model.num_heads({m.num_heads}) != 0; set model.head_dim explicitly"
+        yield (f"model.hidden_size({m.hidden_size}) % model.num_heads({m.num_heads}) != 0: make hidden_size a "
+               f"multiple of num_heads, or set model.head_dim explicitly (then planned only: MindFormers 1.9.0 "
+               f"cannot train it)")
     if m.num_heads % m.num_kv_heads:
         yield f"model.num_heads({m.num_heads}) % model.num_kv_heads({m.num_kv_heads}) != 0 (grouped-query attention)"
     for key in ("num_heads", "num_kv_heads", "vocab_size"):
@@ -247,6 +250,7 @@ def _data(cfg) -> Iterator[str]:
 
 
 def _data_alone(d) -> Iterator[str]:
+    yield from filter(None, (path_problem(k, v) for k, v in _data_path_keys(d)))
     if not d.sources:
         yield "data.sources is empty: name at least one source (data.sources.NAME.paths=[dir/or/*.jsonl])"
     if d.packing not in PACKING_METHODS:
@@ -266,11 +270,44 @@ def _data_alone(d) -> Iterator[str]:
             yield f"data.sources.{name}: no paths and no builtin generator; give data.sources.{name}.paths=[...]"
 
 
+# What Linux file systems take (ext4, xfs, tmpfs, overlayfs: NAME_MAX 255, PATH_MAX 4096 with its NUL):
+# a longer path fails every open/stat with ENAMETOOLONG, far from the key that gave it.
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def path_problem(key: str, value: Any) -> Optional[str]:
+    """One line when a path-valued key cannot be a path here (too long a name or path), else None."""
+    if value is None:
+        return None
+    raw = os.fsencode(str(value))
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if len(raw) <= PATH_MAX and longest <= NAME_MAX:
+        return None
+    shown = str(value) if len(str(value)) <= 40 else f"{str(value)[:40]}... ({len(raw)} bytes)"
+    return (f"{key}={shown!r} cannot be a path: a file name may have at most {NAME_MAX} bytes (this one's "
+            f"longest has {longest}) and a path {PATH_MAX}; give the path of a real file or directory")
+
+
+def _path_keys(cfg) -> Iterator[Tuple[str, Any]]:
+    yield "run_dir", cfg.get("run_dir")
+    yield "train.init_from", cfg.train.get("init_from")
+
+
+def _data_path_keys(d) -> Iterator[Tuple[str, Any]]:
+    yield "data.cache_dir", d.get("cache_dir")
+    yield "data.tokenizer.path", d.tokenizer.get("path")
+    for name, src in d.sources.items():
+        for path in src.paths or ():
+            yield f"data.sources.{name}.paths", path
+
+
 def missing_files(d: DictConfig) -> List[str]:
     """The data files the config names that this host lacks. Host state, like the devices: a launch
     or a data preparation here refuses them; a dry run (maybe planned away from the cluster's
     storage) only says so."""
     found = []
+    if any(path_problem(k, v) for k, v in _data_path_keys(d)):
+        return found     # already refused by the rules: a stat of such a path raises ENAMETOOLONG
     if d.tokenizer.path is not None and not Path(d.tokenizer.path).is_file():
         found.append(f"data.tokenizer.path: no such file {d.tokenizer.path!r}")
     for name, src in d.sources.items():
@@ -282,6 +319,7 @@ def missing_files(d: DictConfig) -> List[str]:
 
 
 def _run(cfg) -> Iterator[str]:
+    yield from filter(None, (path_problem(k, v) for k, v in _path_keys(cfg)))
     yield from resilience_problems(cfg.resilience)
     if str(cfg.train.get("engine", "auto")) not in ENGINES:
         yield f"train.engine={cfg.train.engine!r} must be one of {', '.join(ENGINES)}"
@@ -375,6 +413,11 @@ def _mindformers(cfg) -> Iterator[str]:
     if moe and float(cfg.train.z_loss) > 0:
         yield (f"train.z_loss={cfg.train.z_loss} with model.num_experts={m.num_experts}: z-loss is computed "
                f"from the model's logits, a path without MindFormers' MoE balance loss; set train.z_loss=0")
+    if m.hidden_size % m.num_heads:   # with head_dim set: the rulebook's first rule let it through
+        yield (f"model.hidden_size({m.hidden_size}) % model.num_heads({m.num_heads}) != 0 (model.head_dim="
+               f"{m.head_dim}): MindFormers 1.9.0's attention (parallel_core/training_graph/transformer/"
+               f"attention.py) requires hidden_size to be a multiple of num_heads whatever the head size; "
+               f"make hidden_size a multiple of num_heads to train here")
     if hw.device == "cpu" and hw.precision != "fp32":
         yield (f"hardware.precision={hw.precision} on hardware.device=cpu: the CPU graph runs in fp32 only "
                f"(bf16 fails or is slower); set hardware.precision=fp32")

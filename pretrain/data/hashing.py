@@ -25,6 +25,19 @@ def file_sha256(path: Path, block: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def content_fingerprint(files) -> list:
+    """Identity of input files for a cache key: each one's path and the sha256 of its bytes. Not
+    size + mtime: an edit that keeps the size, with its mtime set back, would reuse stale data.
+    (Reading is the cost: about 1 s per GB here, once per call, against minutes to prepare it.)"""
+    out = []
+    for f in files:
+        try:
+            out.append([str(Path(f).resolve()), file_sha256(Path(f))])
+        except OSError:
+            out.append([str(f), None])       # unreadable now; it will be counted as such
+    return out
+
+
 def dedup_words(text: str) -> list:
     """Lower-cased words: the view of a document that exact and near dedup compare."""
     return _WORDS.findall(text.lower())

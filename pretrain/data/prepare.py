@@ -7,9 +7,10 @@ stage is published, so a rerun redoes only unfinished tasks):
   tokenizers/<key>/           sentencepiece trained on all sources       key: clean keys + tokenizer cfg
   datasets/<source>-<key>/    tokenize -> pack -> shard -> manifest      key: clean key + tokenizer
                                                                          file + seq_length/packing/shards
-Inputs are identified by path, size and modification time (files) or by the Python installation
-(builtin sample sources). A second call with the same inputs and config only stats the inputs,
-hashes the tokenizer file and reads the manifests.
+Inputs are identified by path and the sha256 of their bytes (files: hashing.content_fingerprint,
+so an edit is never missed, whatever its size and mtime) or by the generator's code and the Python
+installation (builtin sample sources). A second call with the same inputs and config only hashes
+the inputs and the tokenizer file and reads the manifests.
 
 What is reused is checked first (file sizes against what the stage recorded, the tokenizer
 loads, the manifest parses); a damaged entry is set aside and built again, with a warning line.
@@ -18,6 +19,7 @@ PRETRAIN_CACHE) is still reused. Temp directories never outlive their build (fsu
 ones a kill -9 left are swept at the start of the next call, and SIGINT/SIGTERM end the call
 with one line and exit code 130/143 (interrupt.py).
 """
+import errno
 import json
 import os
 import shutil
@@ -33,10 +35,10 @@ from pretrain.config.errors import PretrainDataError
 from pretrain.config.validate import check_data_config
 from pretrain.data import tokenizer as tokenizers
 from pretrain.data.fsutil import building, sweep_stale, temp_dir_for, write_json_atomic
-from pretrain.data.hashing import digest, file_sha256
+from pretrain.data.hashing import content_fingerprint, digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
-from pretrain.data.sources import fingerprint, resolve_files
+from pretrain.data.sources import resolve_files
 from pretrain.data.stages import forget, sweep_work
 from pretrain.data.stages import progress as stage_progress
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
@@ -172,15 +174,37 @@ def _prepare(data_cfg, progress: bool, build: bool) -> Dict[str, Prepared]:
                 engine.close()
                 forget()                      # this process's per-task caches (tokenizers, stores)
                 sweep_work(cache / "work")    # what tasks stopped by an error or interrupt left
-    except OSError as exc:
-        # Writing the cache failed (full disk, no permission, a file where a directory belongs):
-        # say which cache; errors reading the inputs are counted per document, not raised.
+    except (OSError, RuntimeError) as exc:
+        if _disk_full(exc):   # from any writer, in any worker: numpy's zip writer names no file
+            raise PretrainDataError(f"data.cache_dir={cache}: the disk filled up while preparing the data "
+                                    f"({_free(cache)} free now that the unfinished output is removed); free "
+                                    f"space there or point data.cache_dir (or PRETRAIN_CACHE) at a larger disk: "
+                                    f"finished stages are kept and reused") from None
+        if not isinstance(exc, OSError):
+            raise
+        # Writing the cache failed (no permission, a file where a directory belongs): say which
+        # cache; errors reading the inputs are counted per document, not raised.
         where = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else ""
         if not where.startswith(os.path.abspath(cache) + os.sep):
             raise
         raise PretrainDataError(f"data.cache_dir={cache}: {exc.strerror or exc} ({where}); free space "
                                 f"there or point data.cache_dir (or PRETRAIN_CACHE) at a writable directory"
                                 ) from None
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A full disk (or quota), as an OSError or as MindRecord's RuntimeError ("No free disk to be used
+    while writing mindrecord files", shard_writer.cc)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "No free disk" in str(exc)
+
+
+def _free(cache: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(cache).free / 2**20:.1f} MiB"
+    except OSError:
+        return "unknown"
 
 
 def _discard(final: Path, why: str) -> None:
@@ -236,7 +260,7 @@ def _damaged_dataset(final: Path) -> Optional[str]:
 def _plan(name: str, src, cfg) -> _Source:
     from pretrain.data import sample
     files = resolve_files(name, list(src.paths)) if src.paths else []
-    inputs = {"files": fingerprint(files),
+    inputs = {"files": content_fingerprint(files),
               "builtin": sample.fingerprint(src.builtin) if src.builtin else None}
     key = digest({"v": VERSION, "inputs": inputs, "text_field": src.text_field, "clean": _plain(cfg.clean),
                   "dedup": _plain(cfg.dedup), "val_fraction": cfg.val_fraction})

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Union
 
 KINDS = frozenset({"start", "resume", "save", "prune", "spike", "rollback", "skip", "signal", "hang",
-                   "finish", "fallback", "error", "quarantine", "config_change",
+                   "finish", "fallback", "error", "quarantine", "config_change", "data_change",
                    "restart", "shrink"})   # the last two: the launcher's (pretrain/launch/msrun.py)
 
 

@@ -36,7 +36,7 @@ class Keeper:
 
     # ------------------------------------------------------------------ the loop's three calls
     def resume(self, trainer: Any, start: Any, changes: Sequence[Tuple[str, Any, Any]] = (),
-               phases: Sequence[str] = ()) -> None:
+               phases: Sequence[str] = (), data: Sequence[Tuple[str, Any, Any]] = ()) -> None:
         """Load the start checkpoint (resilience.resume.start_point) on this rank; log (and, when
         any of `phases` is left to train, print) where the run continues from. No start: a fresh
         run, whose metrics log starts over."""
@@ -60,12 +60,18 @@ class Keeper:
             for key, old, new in changes:
                 events.log("config_change", step=state.global_step, key=key, old=old, new=new,
                            path=str(start.info.path))
+            for what, old, new in data:   # accepted only with resilience.allow_data_change
+                events.log("data_change", step=state.global_step, what=what, old=old, new=new,
+                           path=str(start.info.path))
             events.log("resume", step=state.global_step, phase=state.phase, phase_step=state.phase_step,
                        path=str(start.info.path), handoff=start.handoff, load_s=round(load_s, 3),
                        config_changed=[key for key, _, _ in changes])
             if announce:
                 print(f"{how} from {start.info.path} (global step {state.global_step}, loaded in "
                       f"{load_s:.1f} s)", flush=True)
+            if data:
+                print("data changed since the checkpoint (resilience.allow_data_change=true, logged in "
+                      "events.jsonl): " + ", ".join(what for what, _, _ in data), flush=True)
             if changes:
                 print("config changed since the checkpoint (allowed on resume, logged in events.jsonl): "
                       + ", ".join(f"{k} {old!r} -> {new!r}" for k, old, new in changes), flush=True)

@@ -71,8 +71,9 @@ def find_start(phases: Sequence[str], previous: Optional[str], checkpoints: Chec
 # The one list of config keys a resumed run may change (dotted, fnmatch patterns): learning-rate
 # values, cadences, retention, guard thresholds and timeouts, the rendezvous port. Each change is
 # accepted and recorded as a `config_change` event. Any other difference (architecture, data,
-# batch, token budget, seed, layout) makes it another run, and is refused; a key the checkpoint's
-# config does not have yet (added by a newer version) is accepted and recorded.
+# batch, token budget, seed, layout) makes it another run, and is refused; so is a key the
+# checkpoint's config lacks (added with `+`, or by a newer pretrain: what the checkpoint trained
+# with is unknown, e.g. data.document_mask) unless it is one of these.
 RESUMABLE = (
     "phase.lr.*", "phase.*.lr.*", "train.lr_peak", "model.lr_peak",
     "train.log_every", "train.eval_every", "train.eval_batches",
@@ -95,6 +96,10 @@ DP_CHANGE = (
     "hardware.name", "hardware.devices_per_node", "hardware.num_nodes", "hardware.memory_gb_per_device",
     "hardware.peak_tflops", "hardware.intra_node_gbps", "hardware.inter_node_gbps",
 )
+# What the data is made of: a change is a deliberate data change, accepted (and recorded) only with
+# resilience.allow_data_change=true, which also accepts keys the checkpoint's config lacks (a
+# checkpoint of an older pretrain). The prepared data itself is compared by identity.data_changes.
+DATA_CHANGE = ("phase.mix.*", "phase.*.mix.*", "data.sources.*")
 # Where the run is, not what it is: the worker sees run_dir as an absolute path, a moved run dir
 # is the same run, and a frozen config of an accepted run always has dry_run=false.
 NOT_THE_RUN = ("run_dir", "dry_run")
@@ -110,20 +115,25 @@ def resume_changes(saved: Optional[Dict[str, Any]], current: Dict[str, Any],
     old, new = flatten(saved), flatten(current)
     changed = [k for k in config_changes(saved, current) if k not in NOT_THE_RUN]
     allowed = RESUMABLE + (DP_CHANGE if "parallel.dp" in changed else ())
-    # A key the checkpoint's config lacks is one a newer pretrain added: the user cannot restore it,
-    # so it is accepted and recorded like an allowed change.
-    refused = [k for k in changed if k in old and not any(fnmatchcase(k, pattern) for pattern in allowed)]
+    deliberate = bool(new.get("resilience.allow_data_change"))
+    allowed += DATA_CHANGE if deliberate else ()
+    refused = [k for k in changed if not any(fnmatchcase(k, pattern) for pattern in allowed)
+               and not (deliberate and k not in old)]
     if refused:
         listed = ", ".join(f"{k} ({old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r})"
                            for k in refused[:8])
         listed += f" and {len(refused) - 8} more" if len(refused) > 8 else ""
+        data = [k for k in refused if k not in old or any(fnmatchcase(k, p) for p in DATA_CHANGE)]
+        data_fix = (" A key <absent> from the checkpoint's config (added with + or by a newer pretrain) or a "
+                    "mixture/source change is a data change: resilience.allow_data_change=true accepts it "
+                    "on purpose (logged)." if data else "")
         raise PretrainRunError(
             f"this run's config differs from the one {where} was written with in {listed}: a resume may "
             f"only change LR values, log/eval/save intervals, keep_checkpoint_max, resilience.*, the "
             f"rendezvous address and the data-parallel size with its derived keys (RESUMABLE and "
-            f"DP_CHANGE in pretrain/resilience/resume.py). Give those keys their checkpoint's values on "
-            f"the command line (run_dir/config.yaml is written from it, not read), or use another "
-            f"run_dir for a new run" + _moved_cache(refused, old, new))
+            f"DP_CHANGE in pretrain/resilience/resume.py).{data_fix} Give those keys their checkpoint's "
+            f"values on the command line (run_dir/config.yaml is written from it, not read), or use "
+            f"another run_dir for a new run" + _moved_cache(refused, old, new))
     return [(k, old.get(k), new.get(k)) for k in changed]
 
 

@@ -21,7 +21,8 @@ from pretrain.data.checks import check_prepared
 from pretrain.model import builder
 from pretrain.resilience import guards
 from pretrain.resilience.events import EventLog
-from pretrain.resilience.identity import final_tag
+from pretrain.resilience.checkpoint import read_state
+from pretrain.resilience.identity import data_changes, data_identity, final_tag
 from pretrain.resilience.resume import start_point
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import build, measure, ranks
@@ -52,12 +53,18 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
 
     prepared = prepare(cfg.data, progress=logging_rank)
     check_prepared(cfg, prepared)
+    # the data the start checkpoint was trained on: refused (or, overridden, logged) before the model builds
+    identity = data_identity(prepared)
+    allow = bool(cfg.resilience.allow_data_change)
+    data_changed = [] if start is None else data_changes(read_state(start.info).get("data"), identity,
+                                                         start.info.path, allow)
     pad = build.pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
     metrics = MetricsWriter(run_dir, enabled=logging_rank)
     trainer = build.build_trainer(cfg, pad, metrics, checkpoints, events)
+    trainer.data_identity = identity   # saved with every checkpoint
 
     # resume (or start fresh), then each phase's schedule from where the run stands
-    trainer.keeper.resume(trainer, start, changes, phases=[str(p.name) for p in plist])
+    trainer.keeper.resume(trainer, start, changes, phases=[str(p.name) for p in plist], data=data_changed)
     schedules = curriculum(plist, steps, start=trainer.state.lr_start)
     plans = build.phase_plans(cfg, prepared, plist, schedules)
     fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)

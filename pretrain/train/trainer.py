@@ -109,6 +109,7 @@ class Trainer:
         self.keeper = Keeper(checkpoints=checkpoints, saving=saving, events=events, spike=spike,
                              nonfinite=nonfinite, all_sum=ranks.all_sum)
         self.run_config = run_config  # saved with each checkpoint: what a resume compares against
+        self.data_identity: Optional[Dict[str, Any]] = None  # identity.data_identity, saved likewise
         self.faults = faults.active()  # test-only fault injection; None in real runs
         self.state = TrainState()
         self._last_save = time.monotonic()
@@ -189,6 +190,8 @@ class Trainer:
             state["nonfinite_guard"] = self.keeper.nonfinite.state_dict()
         if self.run_config is not None:
             state["config"] = self.run_config
+        if self.data_identity is not None:
+            state["data"] = self.data_identity
         return state
 
     def save(self, tag: Optional[str] = None) -> None:
