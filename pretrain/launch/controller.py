@@ -56,6 +56,7 @@ class LocalNodes:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         from pretrain.launch.netns import Namespaces
         self.run_dir, self.n = run_dir, int(cfg.hardware.num_nodes)
+        self.per_node = int(cfg.hardware.devices_per_node)
         self.ns = Namespaces(run_dir, self.n)
         self.master_addr = self.ns.address(0)
         self.procs: List[subprocess.Popen] = []
@@ -72,6 +73,8 @@ class LocalNodes:
     def start(self, env: Dict[str, str], lock: Optional[int]) -> None:
         job = new_tag()
         self.procs, self.tags = [], []
+        # msrun starts `python` from PATH: make it this interpreter (on a cluster: the job's PATH).
+        env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")}
         for r in range(self.n):
             tag = f"{job}-{r}"
             with open(self.run_dir / "logs" / f"node_{r}.log", "ab") as log:
@@ -115,6 +118,7 @@ class SlurmNodes:
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.run_dir, self.n = run_dir, int(os.environ.get("SLURM_JOB_NUM_NODES", cfg.hardware.num_nodes))
+        self.per_node = int(os.environ.get("LOCAL_WORKER_NUM", cfg.hardware.devices_per_node))
         hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
                                capture_output=True, text=True, check=True).stdout.split()
         self.master_addr = hosts[0]
@@ -168,7 +172,9 @@ class SlurmNodes:
 
 
 class RemoteRanks(msrun.RankWatch):
-    """Ranks on other hosts: their pids mean nothing here, so only their exit files count."""
+    """Ranks on other hosts: their pids mean nothing here, so only their exit files and srun's
+    status count (srun exits 0 only when every node's msrun did, which needs every rank's 0)."""
+    trust_exit_code = True
 
     def pids(self) -> Dict[int, int]:
         return {}
@@ -209,7 +215,7 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
     run_dir = run_dir.resolve()
     res = cfg.resilience
     budget = supervise.RestartBudget.of(res)
-    per_node = int(cfg.hardware.devices_per_node)
+    per_node = nodes.per_node
     world = per_node * int(nodes.n)
     watch_cls = RemoteRanks if isinstance(nodes, SlurmNodes) else msrun.RankWatch
     ranks = watch_cls(run_dir / "logs", world)
@@ -256,7 +262,6 @@ def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWat
         stale.unlink()
     ranks.new_launch(ranks.world)
     env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.update(MASTER_ADDR=nodes.master_addr, MASTER_PORT=str(port), **{LAUNCHER_ENV: str(os.getpid())})
     print(f"launch: {nodes.n} nodes, master {nodes.master_addr}:{port} (node logs: {logs}/node_<r>.log)",
           flush=True)
@@ -270,8 +275,8 @@ def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWat
     finally:
         ranks.deaths.close()
         nodes.stop()   # on success too: a scheduler or `tail -f` left behind
-    if failure is not None and failure.rank >= 0 and isinstance(ranks, msrun.RankWatch):
-        node = failure.rank // max(1, ranks.world // nodes.n)
+    if failure is not None and failure.rank >= 0:
+        node = failure.rank // nodes.per_node
         failure = Failure(failure.rank, failure.exit, f"node {node}: {failure.message}")
     return failure
 

@@ -323,6 +323,7 @@ class DeathOrder:
 
 class RankWatch:
     """The ranks of this host as pretrain.worker reports them in RUN_DIR/logs/."""
+    trust_exit_code = False   # True: the launched process's exit 0 says every rank ended well
 
     def __init__(self, logs: Path, world: int):
         self.logs, self.world = logs, world
@@ -387,7 +388,7 @@ class RankWatch:
             if found is not None:
                 return found
             if proc.poll() is not None:
-                if len(exits) == self.world:
+                if len(exits) == self.world or (self.trust_exit_code and proc.returncode == 0):
                     return None
                 missing = sorted(set(range(self.world)) - set(exits))
                 return Failure(missing[0], None, self.message(

@@ -1,0 +1,107 @@
+"""Issue 21 end to end: a 2-node job on this one host (hardware=cpu_2x1: each node's
+RUN_DIR/launch/node_<r>.sh in a network namespace of its own, two separate process trees that
+rendezvous through msrun's real scheduler on node 0), under the job controller.
+
+- uninterrupted, its per-step losses and final weights equal the one-host dp2 run's (cpu_2proc);
+- kill -9 of node 1's whole tree (bash, msrun, its worker) at step k: the controller stops node 0's
+  tree too, restarts both nodes from the newest checkpoint on a fresh port, and every step's loss
+  and the final weights are bitwise the uninterrupted run's.
+Prints, for the kill, the seconds to detection and to the first step after, and the steps lost.
+Needs root (network namespaces).
+"""
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pretrain.launch import tree
+from tests.test_elastic_e2e import DP2, STEPS, Cli, events, losses, status, train_steps
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")]
+
+NODES = ["parallel=dp2", "hardware=cpu_2x1"]
+
+
+@pytest.fixture(scope="module")
+def cli(data_cache, tmp_path_factory):
+    return Cli(tmp_path_factory.mktemp("nodes"), data_cache)
+
+
+@pytest.fixture(scope="module")
+def reference(cli):
+    run = cli.cwd / "reference"
+    cli.finish(cli.start(str(run), *DP2, f"hardware.master_port={free_port()}"))
+    return {"losses": losses(run), "params": status(run)[0]["params_sha256"]}
+
+
+def raw_steps(run: Path):
+    """Every train line of metrics.jsonl in file order (a restarted job appends its steps again)."""
+    try:
+        return [json.loads(ln)["step"] for ln in (run / "metrics.jsonl").read_text().splitlines()
+                if '"kind": "train"' in ln and ln.endswith("}")]
+    except OSError:
+        return []
+
+
+def node_tree(run: Path, rank: int):
+    """Every process of the node that runs `rank`: those carrying its worker's tree tag."""
+    pid = int((run / "logs" / f"rank_{rank}.pid").read_text())
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    (tag,) = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(tree.TAG_ENV.encode() + b"=")]
+    return tag, tree.tagged([tag])
+
+
+def test_two_nodes_on_one_host_train_as_the_one_host_dp2_run(cli, reference):
+    run = cli.cwd / "nodes"
+    out = cli.finish(cli.start(str(run), *NODES))
+    assert "launch: 2 nodes, master 10." in out
+    ranks = status(run)
+    assert sorted(ranks) == [0, 1] and ranks[0]["data_parallel"] == 2
+    assert losses(run) == reference["losses"]            # every step, bitwise
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+    # two process trees: each node's own log, the scheduler on node 0 only
+    assert (run / "logs" / "node_0.log").is_file() and (run / "logs" / "node_1.log").is_file()
+    assert "Start scheduler process" in (run / "logs" / "node_0.log").read_text()
+    assert "Start scheduler process" not in (run / "logs" / "node_1.log").read_text()
+
+
+def test_node_1_killed_whole_the_controller_restarts_every_node_and_the_run_is_unchanged(cli, reference):
+    run = cli.cwd / "killed"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
+    killed = None
+    while proc.poll() is None and killed is None:
+        time.sleep(0.05)
+        if len(train_steps(run)) >= 7:
+            tag, pids = node_tree(run, 1)
+            assert len(pids) >= 3   # bash, msrun, the worker (and none of node 0's)
+            last = max(train_steps(run))
+            for pid in pids:
+                tree.sigkill(pid)
+            killed = {"at": time.time(), "last": last, "tag": tag, "lines": len(raw_steps(run))}
+    first_step = None
+    while proc.poll() is None and first_step is None:   # the first step line written after the kill
+        time.sleep(0.05)
+        if len(raw_steps(run)) > killed["lines"]:
+            first_step = time.time() - killed["at"]
+    out = cli.finish(proc)
+    (restart,) = events(run, "restart")
+    detected = restart["failed_at"] - killed["at"]
+    (resumed,) = events(run, "resume")   # logged once the restarted ranks built the model and loaded it
+    print(f"\nnode 1 killed at step {killed['last']}: detected {detected:.2f} s later, first step after "
+          f"{first_step:.2f} s (restart -> resumed {resumed['ts'] - restart['ts']:.2f} s: process start, "
+          f"rendezvous, build, load; resumed -> first step {killed['at'] + first_step - resumed['ts']:.2f} s: "
+          f"graph compile + 1 step), {restart['steps_lost']} steps lost")
+    assert restart["node"] == 1 and restart["rank"] == 1 and restart["exit"] is None
+    assert "node 1: rank 1 of 2 ended without an exit status" in restart["cause"]
+    assert restart["steps_lost"] == restart["last_step"] - restart["resume_step"]
+    assert "restart 1/2" in out and "of all 2 nodes" in out
+    assert not tree.tagged([killed["tag"]])
+    assert [e["step"] for e in events(run, "resume")] == [restart["resume_step"]]
+    assert losses(run) == reference["losses"]
+    ranks = status(run)
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+    assert json.loads((run / "summary.json").read_text())["global_step"] == STEPS
