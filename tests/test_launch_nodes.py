@@ -11,6 +11,7 @@ Needs root (network namespaces).
 """
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -105,3 +106,75 @@ def test_node_1_killed_whole_the_controller_restarts_every_node_and_the_run_is_u
     ranks = status(run)
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
     assert json.loads((run / "summary.json").read_text())["global_step"] == STEPS
+
+
+def test_a_stopped_rank_is_caught_by_its_peers_watchdog_and_every_node_restarts(cli, reference):
+    """SIGSTOP of node 1's rank (a hung device, a stuck process): node 0's rank waits in the
+    all-reduce until its watchdog exits it (75); the controller kills both trees (the stopped one
+    too) and restarts them; the run ends as if uninterrupted."""
+    run = cli.cwd / "stopped"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2", "resilience.watchdog_timeout_s=10")
+    stopped = None
+    while proc.poll() is None and stopped is None:
+        time.sleep(0.05)
+        if len(train_steps(run)) >= 7:
+            pid = int((run / "logs" / "rank_1.pid").read_text())
+            os.kill(pid, signal.SIGSTOP)
+            stopped = {"at": time.time(), "lines": len(raw_steps(run)), "pid": pid}
+    first_step = None
+    while proc.poll() is None and first_step is None:
+        time.sleep(0.05)
+        if len(raw_steps(run)) > stopped["lines"]:
+            first_step = time.time() - stopped["at"]
+    cli.finish(proc)
+    (restart,) = events(run, "restart")
+    print(f"\nrank 1 stopped: detected {restart['failed_at'] - stopped['at']:.2f} s later (watchdog 10 s), "
+          f"first step after {first_step:.2f} s, {restart['steps_lost']} steps lost")
+    assert restart["exit"] == 75 and "watchdog" in restart["cause"]
+    assert not tree._alive(stopped["pid"])
+    assert losses(run) == reference["losses"]
+    ranks = status(run)
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+
+
+def test_a_node_killed_each_time_it_returns_is_left_out_and_the_job_finishes_on_one_node(cli, reference):
+    """resilience.elastic: node 1's tree killed every time it comes back; one restart allowed,
+    then the job leaves node 1 out and goes on alone (dp 2 -> 1, grad_accum 1 -> 2, the same
+    global batch), from its newest checkpoint, to the end."""
+    run = cli.cwd / "elastic"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=1", "resilience.elastic=true",
+                     "hardware.min_devices=1")
+    kills, seen = [], None
+    while proc.poll() is None and len(kills) < 2:
+        time.sleep(0.05)
+        try:
+            pid = int((run / "logs" / "rank_1.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if pid != seen:
+            seen, base = pid, len(raw_steps(run))
+        if len(raw_steps(run)) >= base + 4:
+            _, pids = node_tree(run, 1)
+            for p in pids:
+                tree.sigkill(p)
+            kills.append({"at": time.time(), "lines": len(raw_steps(run))})
+    first_step = None
+    while proc.poll() is None and first_step is None:
+        time.sleep(0.05)
+        if len(raw_steps(run)) > kills[-1]["lines"]:
+            first_step = time.time() - kills[-1]["at"]
+    out = cli.finish(proc)
+    (restart,) = events(run, "restart")
+    (shrink,) = events(run, "shrink")
+    print(f"\nshrink: detected {shrink['failed_at'] - kills[-1]['at']:.2f} s after the 2nd kill, first step "
+          f"on one node {first_step and round(first_step, 2)} s after it, {shrink['steps_lost']} steps lost")
+    assert restart["node"] == 1 and shrink["node"] == 1
+    assert (shrink["dp_from"], shrink["dp_to"], shrink["nodes_from"], shrink["nodes_to"]) == (2, 1, 2, 1)
+    assert shrink["grad_accum"] == 2 and "data parallel 2 -> 1" in out
+    frozen = (run / "config.yaml").read_text()
+    assert "dp: 1" in frozen and "num_nodes: 1" in frozen and "grad_accum: 2" in frozen
+    assert json.loads((run / "summary.json").read_text())["global_step"] == STEPS
+    mine = losses(run)
+    assert sorted(mine) == list(range(1, STEPS + 1))
+    s = shrink["resume_step"]
+    assert {k: v for k, v in mine.items() if k <= s} == {k: v for k, v in reference["losses"].items() if k <= s}

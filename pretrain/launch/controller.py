@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -58,6 +58,7 @@ class LocalNodes:
         self.run_dir, self.n = run_dir, int(cfg.hardware.num_nodes)
         self.per_node = int(cfg.hardware.devices_per_node)
         self.ns = Namespaces(run_dir, self.n)
+        self.slots = list(range(self.n))   # node r of the job runs in namespace slots[r]
         self.master_addr = self.ns.address(0)
         self.procs: List[subprocess.Popen] = []
         self.tags: List[str] = []
@@ -77,12 +78,23 @@ class LocalNodes:
         env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")}
         for r in range(self.n):
             tag = f"{job}-{r}"
+            cmd = ["bash", str(self.run_dir / "launch" / f"node_{r}.sh")]
+            node_env = {**env, TAG_ENV: tag, "MASTER_ADDR": self.master_addr}
+            if self.n * self.per_node == 1:   # one device left after a shrink: no cluster, no msrun
+                cmd = [sys.executable, "-m", "pretrain.worker", str(self.run_dir)]
+                node_env = {k: v for k, v in node_env.items() if k not in ("RANK_ID", "RANK_SIZE", "MS_ROLE")}
             with open(self.run_dir / "logs" / f"node_{r}.log", "ab") as log:
                 self.procs.append(subprocess.Popen(
-                    [*self.ns.prefix(r), "bash", str(self.run_dir / "launch" / f"node_{r}.sh")],
-                    env={**env, TAG_ENV: tag}, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
-                    pass_fds=() if lock is None else (lock,)))
+                    [*self.ns.prefix(self.slots[r]), *cmd], env=node_env, start_new_session=True, stdout=log,
+                    stderr=subprocess.STDOUT, pass_fds=() if lock is None else (lock,)))
             self.tags.append(tag)
+
+    def leave_out(self, node: int, nodes: int, per_node: int) -> None:
+        """Node `node` (of the job as it ran) is left out; the job now runs `nodes` x `per_node`."""
+        del self.slots[node]
+        self.slots = self.slots[:nodes]
+        self.n, self.per_node = nodes, per_node
+        self.master_addr = self.ns.address(self.slots[0])
 
     def failed_node(self) -> Optional[Failure]:
         """A node whose tree ended with an error before its ranks said why."""
@@ -215,14 +227,13 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
     run_dir = run_dir.resolve()
     res = cfg.resilience
     budget = supervise.RestartBudget.of(res)
-    per_node = nodes.per_node
-    world = per_node * int(nodes.n)
+    world = nodes.per_node * int(nodes.n)
     watch_cls = RemoteRanks if isinstance(nodes, SlurmNodes) else msrun.RankWatch
     ranks = watch_cls(run_dir / "logs", world)
     progress = Progress(run_dir, res)
     started = time.time()
     stopping: List[int] = []
-    previous = {sig: signal.signal(sig, _stop_handler(stopping, nodes, ranks))
+    previous = {sig: signal.signal(sig, _stop_handler(stopping, nodes, lambda: ranks))
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     try:
         with nodes:
@@ -236,22 +247,59 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
                         _requeue(run_dir)
                     return {"wall_s": time.time() - started}
                 failed_at = time.time()
-                if stopping or not failure.retryable or not budget.allows():
+                can_shrink = res.elastic and isinstance(nodes, LocalNodes) and nodes.n > 1
+                if stopping or not failure.retryable or not (budget.allows() or can_shrink):
                     raise msrun._gave_up(failure, budget, res, stopping, shrink=not res.elastic)
                 last, resume_at = supervise.steps_lost(run_dir)
                 lost = {"last_step": last, "resume_step": resume_at,
                         "steps_lost": None if last is None else last - (resume_at or 0)}
-                node = failure.rank // per_node if failure.rank >= 0 else _node_of(failure.message)
-                n = budget.spend(node if node is not None else -1)
-                msrun._event(run_dir, "restart", cause=failure.message, node=node, rank=failure.rank,
-                             exit=failure.exit, restart=n, max_restarts=int(res.max_restarts),
-                             failed_at=failed_at, port=port, **lost)
-                print(f"restart {n}/{res.max_restarts} (within {res.restart_window:g} s) of all {nodes.n} "
-                      f"nodes: {failure.message.split('; ')[0]}; resuming from step {resume_at or 0} "
-                      f"({lost['steps_lost']} steps lost)", flush=True)
+                node = failure.rank // nodes.per_node if failure.rank >= 0 else _node_of(failure.message)
+                if budget.allows():
+                    n = budget.spend(node if node is not None else -1)
+                    msrun._event(run_dir, "restart", cause=failure.message, node=node, rank=failure.rank,
+                                 exit=failure.exit, restart=n, max_restarts=int(res.max_restarts),
+                                 failed_at=failed_at, port=port, **lost)
+                    print(f"restart {n}/{res.max_restarts} (within {res.restart_window:g} s) of all {nodes.n} "
+                          f"nodes: {failure.message.split('; ')[0]}; resuming from step {resume_at or 0} "
+                          f"({lost['steps_lost']} steps lost)", flush=True)
+                    continue
+                cfg, ranks = _shrink(cfg, run_dir, nodes, budget, node, failure, failed_at, lost)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _shrink(cfg: DictConfig, run_dir: Path, nodes: "LocalNodes", budget: supervise.RestartBudget,
+            node: Optional[int], failure: Failure, failed_at: float, lost: Dict[str, Any]):
+    """resilience.elastic past the budget: the node that failed most often in the window is left
+    out; the job goes on over the nodes left with the largest data-parallel size they allow (the
+    same global batch, grad_accum re-derived: pretrain.launch.supervise), a fresh budget."""
+    left_out = budget.worst_rank(node if node is not None else -1)
+    if left_out < 0:
+        left_out = nodes.n - 1
+    per_node = nodes.per_node
+    dp = supervise.shrunk_dp(cfg, (nodes.n - 1) * per_node)
+    if dp is None:
+        raise msrun._gave_up(failure, budget, cfg.resilience, [], shrink=False)
+    old = (int(cfg.parallel.dp), nodes.n)
+    cfg = supervise.with_dp(cfg, dp)
+    from pretrain.config.layout import ParallelLayout
+    world = ParallelLayout.from_config(cfg).world_size
+    cfg.hardware.devices_per_node = min(per_node, world)
+    cfg.hardware.num_nodes = -(-world // cfg.hardware.devices_per_node)
+    msrun._refreeze(cfg, run_dir)
+    from pretrain.launch.scripts import write_node_scripts
+    write_node_scripts(cfg, run_dir)
+    nodes.leave_out(left_out, int(cfg.hardware.num_nodes), int(cfg.hardware.devices_per_node))
+    budget.reset()
+    msrun._event(run_dir, "shrink", cause=failure.message, node=left_out, exit=failure.exit, dp_from=old[0],
+                 dp_to=dp, nodes_from=old[1], nodes_to=nodes.n, grad_accum=int(cfg.train.grad_accum),
+                 failed_at=failed_at, **lost)
+    print(f"elastic: node {left_out} kept failing ({budget.max_restarts} restarts within "
+          f"{cfg.resilience.restart_window:g} s); going on with {nodes.n} node(s), data parallel {old[0]} -> {dp}, "
+          f"grad_accum {cfg.train.grad_accum}, from step {lost['resume_step'] or 0} ({lost['steps_lost']} steps lost)",
+          flush=True)
+    return cfg, msrun.RankWatch(run_dir / "logs", world)
 
 
 def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch, progress: Progress,
@@ -286,7 +334,7 @@ def _node_of(message: str) -> Optional[int]:
     return int(found.group(1)) if found else None
 
 
-def _stop_handler(stopping: List[int], nodes: Any, ranks: msrun.RankWatch):
+def _stop_handler(stopping: List[int], nodes: Any, ranks: Callable[[], msrun.RankWatch]):
     def handler(signum, frame):
         stopping.append(signum)
         if len(stopping) > 1 and signum != signal.SIGUSR1:
@@ -295,7 +343,7 @@ def _stop_handler(stopping: List[int], nodes: Any, ranks: msrun.RankWatch):
         if isinstance(nodes, SlurmNodes):
             nodes.request_stop()
         else:
-            ranks.request_stop()
+            ranks().request_stop()
     return handler
 
 
