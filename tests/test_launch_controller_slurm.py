@@ -24,9 +24,10 @@ from tests.test_launch_scripts import BIG, RUN
 SRUN = """#!/usr/bin/env bash
 # stand-in for srun: the task once per node of the allocation, in parallel; SIGTERM passed on
 echo "srun $*" >> "$RECORD"
-while [[ "$1" == --* ]]; do shift; done
+nodes=$SLURM_JOB_NUM_NODES
+while [[ "$1" == --* ]]; do case "$1" in --nodes=*) nodes=${1#--nodes=} ;; esac; shift; done
 pids=()
-for ((node = 0; node < SLURM_JOB_NUM_NODES; node++)); do SLURM_NODEID=$node "$@" & pids+=($!); done
+for ((task = 0; task < nodes; task++)); do SLURM_PROCID=$task "$@" & pids+=($!); done
 trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM
 rc=0
 for i in "${!pids[@]}"; do
@@ -79,8 +80,20 @@ def run_dir(tmp_path_factory):
     return cwd / RUN
 
 
-@pytest.fixture
-def slurm(tmp_path, run_dir):
+@pytest.fixture(scope="module")
+def dp_run_dir(tmp_path_factory):
+    """A frozen 2-node data-parallel run (1 CPU process per node), node scripts only."""
+    cwd = tmp_path_factory.mktemp("slurm-dp-run")
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    subprocess.run([sys.executable, "-m", "pretrain", "parallel=dp2", "hardware=cpu_2x1",
+                    "hardware.nodes_on_this_host=false", "phase=general", "resilience.max_restarts=1",
+                    "resilience.elastic=true"], cwd=cwd, env=env, check=True, capture_output=True, timeout=300)
+    return cwd / "runs" / "tiny-dp2-cpu_2x1"
+
+
+@pytest.fixture(params=["tp"])
+def slurm(tmp_path, request, run_dir, dp_run_dir):
+    run_dir = dp_run_dir if request.param == "dp" else run_dir
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in [("srun", SRUN), ("msrun", MSRUN), ("scontrol", SCONTROL)]:
@@ -92,10 +105,11 @@ def slurm(tmp_path, run_dir):
         stale.unlink(missing_ok=True)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RECORD": str(record),
            "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n-[a-b]", "SLURM_JOB_ID": "42",
-           "LOCAL_WORKER_NUM": "2", "PHASES": "general", "SLURM_SUBMIT_DIR": str(run_dir.parents[1]),
+           "PHASES": "general", "SLURM_SUBMIT_DIR": str(run_dir.parents[1]),
            "PYTHON": sys.executable}
 
     def start(**extra):
+        extra.setdefault("LOCAL_WORKER_NUM", "1" if request.param == "dp" else "2")
         return subprocess.Popen(["bash", str(run_dir / "launch" / "slurm.sbatch"), str(run_dir)],
                                 env={**env, **extra}, cwd=run_dir.parents[1], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -164,3 +178,20 @@ def test_usr1_before_the_time_limit_checkpoints_every_node_and_requeues(slurm, r
         ["ranks of node 0 checkpointed", "ranks of node 1 checkpointed"]
     assert "scontrol requeue 42" in lines() and "requeued Slurm job 42" in out
     assert events(run_dir, "restart") == [] and events(run_dir, "requeue")[0]["ok"] is True
+
+
+@pytest.mark.parametrize("slurm", ["dp"], indirect=True)
+def test_elastic_leaves_out_the_host_that_keeps_failing_and_goes_on_with_the_rest(slurm, dp_run_dir):
+    start, lines = slurm
+    proc = start(FAULT="1:1:all", PHASES="")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    (restart,) = events(dp_run_dir, "restart")   # resilience.max_restarts=1
+    (shrink,) = events(dp_run_dir, "shrink")
+    assert restart["node"] == shrink["node"] == 1
+    assert (shrink["dp_from"], shrink["dp_to"], shrink["nodes_from"], shrink["nodes_to"]) == (2, 1, 2, 1)
+    sruns = [ln for ln in lines() if ln.startswith("srun ")]
+    assert len(sruns) == 3 and "--nodes=2 --nodelist=n-a,n-b" in sruns[0] and "--nodes=1 --nodelist=n-a " in sruns[2]
+    last = [ln for ln in lines() if ln.startswith("msrun ")][-1]
+    assert "NODE_RANK=0" in last and "--worker_num=1" in last and "--master_addr=n-a" in last
+    assert "dp: 1" in (dp_run_dir / "config.yaml").read_text() and "going on with 1 node(s)" in out

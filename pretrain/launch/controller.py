@@ -131,9 +131,10 @@ class SlurmNodes:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.run_dir, self.n = run_dir, int(os.environ.get("SLURM_JOB_NUM_NODES", cfg.hardware.num_nodes))
         self.per_node = int(os.environ.get("LOCAL_WORKER_NUM", cfg.hardware.devices_per_node))
-        hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
-                               capture_output=True, text=True, check=True).stdout.split()
-        self.master_addr = hosts[0]
+        self.hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                                    capture_output=True, text=True, check=True).stdout.split()
+        self.slots = list(range(self.n))   # node r of the job runs on hosts[slots[r]]
+        self.master_addr = self.hosts[0]
         self.script = os.environ.get("NODE_SCRIPT", str(run_dir / "launch" / "msrun_node.sh"))
         self.proc: Optional[subprocess.Popen] = None
         self.err = run_dir / "logs" / "srun.log"
@@ -145,11 +146,22 @@ class SlurmNodes:
         self.stop()
 
     def start(self, env: Dict[str, str], lock: Optional[int]) -> None:
+        """One task per node on the hosts still trusted; a task's SLURM_PROCID is its node rank
+        (SLURM_NODEID counts the whole allocation, left-out hosts too)."""
+        hosts = ",".join(self.hosts[s] for s in self.slots)
+        env = {**env, "WORKER_NUM": str(self.n * self.per_node), "LOCAL_WORKER_NUM": str(self.per_node)}
         with open(self.err, "ab") as err:
             self.proc = subprocess.Popen(
-                ["srun", f"--nodes={self.n}", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "bash", "-c",
-                 'NODE_RANK=$SLURM_NODEID exec bash "$0" "$1"', self.script, str(self.run_dir)],
+                ["srun", f"--nodes={self.n}", f"--nodelist={hosts}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+                 "bash", "-c", 'NODE_RANK=$SLURM_PROCID exec bash "$0" "$1"', self.script, str(self.run_dir)],
                 env=env, start_new_session=True, stderr=err, pass_fds=() if lock is None else (lock,))
+
+    def leave_out(self, node: int, nodes: int, per_node: int) -> None:
+        """Host of node `node` left out of the next generations (it stays in the allocation)."""
+        del self.slots[node]
+        self.slots = self.slots[:nodes]
+        self.n, self.per_node = nodes, per_node
+        self.master_addr = self.hosts[self.slots[0]]
 
     def failed_node(self) -> Optional[Failure]:
         if self.proc is None or self.proc.poll() in (None, 0):
@@ -247,7 +259,7 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
                         _requeue(run_dir)
                     return {"wall_s": time.time() - started}
                 failed_at = time.time()
-                can_shrink = res.elastic and isinstance(nodes, LocalNodes) and nodes.n > 1
+                can_shrink = res.elastic and nodes.n > 1
                 if stopping or not failure.retryable or not (budget.allows() or can_shrink):
                     raise msrun._gave_up(failure, budget, res, stopping, shrink=not res.elastic)
                 last, resume_at = supervise.steps_lost(run_dir)
@@ -263,13 +275,13 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
                           f"nodes: {failure.message.split('; ')[0]}; resuming from step {resume_at or 0} "
                           f"({lost['steps_lost']} steps lost)", flush=True)
                     continue
-                cfg, ranks = _shrink(cfg, run_dir, nodes, budget, node, failure, failed_at, lost)
+                cfg, ranks = _shrink(cfg, run_dir, nodes, ranks, budget, node, failure, failed_at, lost)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _shrink(cfg: DictConfig, run_dir: Path, nodes: "LocalNodes", budget: supervise.RestartBudget,
+def _shrink(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch, budget: supervise.RestartBudget,
             node: Optional[int], failure: Failure, failed_at: float, lost: Dict[str, Any]):
     """resilience.elastic past the budget: the node that failed most often in the window is left
     out; the job goes on over the nodes left with the largest data-parallel size they allow (the
@@ -295,11 +307,13 @@ def _shrink(cfg: DictConfig, run_dir: Path, nodes: "LocalNodes", budget: supervi
     msrun._event(run_dir, "shrink", cause=failure.message, node=left_out, exit=failure.exit, dp_from=old[0],
                  dp_to=dp, nodes_from=old[1], nodes_to=nodes.n, grad_accum=int(cfg.train.grad_accum),
                  failed_at=failed_at, **lost)
+    where = f" (host {nodes.hosts[nodes.slots[0]]} now the master)" if isinstance(nodes, SlurmNodes) else ""
     print(f"elastic: node {left_out} kept failing ({budget.max_restarts} restarts within "
           f"{cfg.resilience.restart_window:g} s); going on with {nodes.n} node(s), data parallel {old[0]} -> {dp}, "
-          f"grad_accum {cfg.train.grad_accum}, from step {lost['resume_step'] or 0} ({lost['steps_lost']} steps lost)",
+          f"grad_accum {cfg.train.grad_accum}, from step {lost['resume_step'] or 0} ({lost['steps_lost']} steps lost)"
+          f"{where}",
           flush=True)
-    return cfg, msrun.RankWatch(run_dir / "logs", world)
+    return cfg, type(ranks)(run_dir / "logs", world)
 
 
 def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch, progress: Progress,
