@@ -15,7 +15,8 @@ stopping=""
 stop_ranks() {   # msrun's workers run in sessions of their own: signal them by the pids they left
   stopping=1
   for ((r = NODE_RANK * LOCAL_WORKER_NUM; r < (NODE_RANK + 1) * LOCAL_WORKER_NUM; r++)); do
-    if [[ -f "$RUN_DIR/logs/rank_$r.pid" ]]; then kill -TERM "$(cat "$RUN_DIR/logs/rank_$r.pid")" 2>/dev/null || true; fi
+    pid_file="$RUN_DIR/logs/rank_$r.pid"
+    if [[ -f "$pid_file" ]]; then kill -TERM "$(cat "$pid_file")" 2>/dev/null || true; fi
   done
 }
 trap stop_ranks TERM

@@ -55,7 +55,9 @@ finish() {
   done
   exit "$1"
 }
-if [[ "$f_node" == "$NODE_RANK" && ( "$f_times" == all || $starts -le ${f_times:-0} ) ]]; then finish "$f_exit"; fi
+if [[ "$f_node" == "$NODE_RANK" && ( "$f_times" == all || $starts -le ${f_times:-0} ) ]]; then
+  finish "$f_exit"
+fi
 if [[ -n "${TRAIN_UNTIL_STOPPED:-}" ]]; then
   trap 'echo "ranks of node $NODE_RANK checkpointed" >> "$RECORD"; finish 0' TERM
   while true; do sleep 0.05; done
@@ -87,7 +89,8 @@ def dp_run_dir(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     subprocess.run([sys.executable, "-m", "pretrain", "parallel=dp2", "hardware=cpu_2x1",
                     "hardware.nodes_on_this_host=false", "phase=general", "resilience.max_restarts=1",
-                    "resilience.elastic=true"], cwd=cwd, env=env, check=True, capture_output=True, timeout=300)
+                    "resilience.elastic=true"], cwd=cwd, env=env, check=True, capture_output=True,
+                   timeout=300)
     return cwd / "runs" / "tiny-dp2-cpu_2x1"
 
 
@@ -121,7 +124,9 @@ def slurm(tmp_path, request, run_dir, dp_run_dir):
 
 def events(run_dir: Path, kind: str):
     path = run_dir / "events.jsonl"
-    return [e for e in map(json.loads, path.read_text().splitlines()) if e["kind"] == kind] if path.is_file() else []
+    if not path.is_file():
+        return []
+    return [e for e in map(json.loads, path.read_text().splitlines()) if e["kind"] == kind]
 
 
 def ports(lines):
@@ -191,7 +196,8 @@ def test_elastic_leaves_out_the_host_that_keeps_failing_and_goes_on_with_the_res
     assert restart["node"] == shrink["node"] == 1
     assert (shrink["dp_from"], shrink["dp_to"], shrink["nodes_from"], shrink["nodes_to"]) == (2, 1, 2, 1)
     sruns = [ln for ln in lines() if ln.startswith("srun ")]
-    assert len(sruns) == 3 and "--nodes=2 --nodelist=n-a,n-b" in sruns[0] and "--nodes=1 --nodelist=n-a " in sruns[2]
+    assert len(sruns) == 3 and "--nodes=2 --nodelist=n-a,n-b" in sruns[0]
+    assert "--nodes=1 --nodelist=n-a " in sruns[2]
     last = [ln for ln in lines() if ln.startswith("msrun ")][-1]
     assert "NODE_RANK=0" in last and "--worker_num=1" in last and "--master_addr=n-a" in last
     assert "dp: 1" in (dp_run_dir / "config.yaml").read_text() and "going on with 1 node(s)" in out

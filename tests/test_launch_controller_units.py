@@ -46,6 +46,7 @@ def test_a_tagged_tree_is_found_after_setsid_and_killed_whole(tmp_path):
 
 def test_a_scheduler_that_could_not_bind_is_a_failure_naming_its_port(tmp_path):
     assert scheduler_failed(tmp_path) is None
-    (tmp_path / "scheduler.exit").write_text(json.dumps({"exit": 1, "port": "8118", "error": "RuntimeError: x"}))
+    report = {"exit": 1, "port": "8118", "error": "RuntimeError: x"}
+    (tmp_path / "scheduler.exit").write_text(json.dumps(report))
     failure = scheduler_failed(tmp_path)
     assert failure.cause == "scheduler" and "scheduler on port 8118 failed at once" in failure.message

@@ -94,7 +94,8 @@ def test_node_1_killed_whole_the_controller_restarts_every_node_and_the_run_is_u
     (resumed,) = events(run, "resume")   # logged once the restarted ranks built the model and loaded it
     print(f"\nnode 1 killed at step {killed['last']}: detected {detected:.2f} s later, first step after "
           f"{first_step:.2f} s (restart -> resumed {resumed['ts'] - restart['ts']:.2f} s: process start, "
-          f"rendezvous, build, load; resumed -> first step {killed['at'] + first_step - resumed['ts']:.2f} s: "
+          f"rendezvous, build, load; resumed -> first step "
+          f"{killed['at'] + first_step - resumed['ts']:.2f} s: "
           f"graph compile + 1 step), {restart['steps_lost']} steps lost")
     assert restart["node"] == 1 and restart["rank"] == 1 and restart["exit"] is None
     assert "node 1: rank 1 of 2 ended without an exit status" in restart["cause"]
@@ -177,4 +178,5 @@ def test_a_node_killed_each_time_it_returns_is_left_out_and_the_job_finishes_on_
     mine = losses(run)
     assert sorted(mine) == list(range(1, STEPS + 1))
     s = shrink["resume_step"]
-    assert {k: v for k, v in mine.items() if k <= s} == {k: v for k, v in reference["losses"].items() if k <= s}
+    before = {k: v for k, v in reference["losses"].items() if k <= s}
+    assert {k: v for k, v in mine.items() if k <= s} == before

@@ -17,14 +17,16 @@ import pytest
 
 from pretrain.launch import tree
 from tests.conftest import free_port
-from tests.test_launch_msrun import DP2, RUN, SMALL, events, ok, pretrain, rank_status, train_records  # noqa: F401
+from tests.test_launch_msrun import (DP2, RUN, SMALL, events, pretrain,  # noqa: F401 (a fixture)
+                                     rank_status, train_records)
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_master_port_taken_after_the_check_is_reported_and_retried_on_a_free_port(pretrain, tmp_path):
     port = free_port()
-    proc = pretrain.start(*DP2, *SMALL, f"hardware.master_port={port}", "phase=general", "train.total_tokens=8192")
+    proc = pretrain.start(*DP2, *SMALL, f"hardware.master_port={port}", "phase=general",
+                          "train.total_tokens=8192")
     squatter = socket.socket()
     try:
         for line in proc.stdout:   # the check passed; msrun is starting: take its port now

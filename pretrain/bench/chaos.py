@@ -45,8 +45,9 @@ def _lines(path: Path, kind: str) -> List[Dict[str, Any]]:
 def _start(cwd: Path, run: str, args: List[str]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env.setdefault("PRETRAIN_CACHE", str(cwd / "cache"))
-    return subprocess.Popen([sys.executable, "-m", "pretrain", *args, f"run_dir={run}"], cwd=cwd, env=env,
-                            stdout=open(cwd / f"{run}.out", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    with open(cwd / f"{run}.out", "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "pretrain", *args, f"run_dir={run}"], cwd=cwd, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _tree_of(run_dir: Path, rank: int) -> List[int]:
@@ -101,7 +102,8 @@ def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int) -> Dict[str, Any
                 continue
             faults.append({"kind": kind, "at": time.time(), "step": steps[-1]["step"], "lines": len(steps)})
     wall = time.time() - started
-    final = {int(p.stem.split("_")[1]): json.loads(p.read_text()) for p in (run_dir / "logs").glob("rank_*.exit")}
+    final = {int(p.stem.split("_")[1]): json.loads(p.read_text())
+             for p in (run_dir / "logs").glob("rank_*.exit")}
     steps = {r["step"]: r for r in _lines(metrics, "train")}
     return {"exit": proc.returncode, "wall_s": wall, "faults": faults, "steps": len(steps),
             "step_times": [r["step_time_s"] for r in steps.values()],

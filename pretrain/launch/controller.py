@@ -100,8 +100,9 @@ class LocalNodes:
         """A node whose tree ended with an error before its ranks said why."""
         for r, p in enumerate(self.procs):
             if p.poll() not in (None, 0):
+                log = self.run_dir / "logs" / f"node_{r}.log"
                 return Failure(-1, p.returncode, f"node {r} of {self.n}: its msrun exited with code "
-                                                 f"{p.returncode} (see {self.run_dir / 'logs' / f'node_{r}.log'})")
+                                                 f"{p.returncode} (see {log})", cause="node")
         return None
 
     @property
@@ -133,6 +134,9 @@ class SlurmNodes:
         self.per_node = int(os.environ.get("LOCAL_WORKER_NUM", cfg.hardware.devices_per_node))
         self.hosts = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
                                     capture_output=True, text=True, check=True).stdout.split()
+        if len(self.hosts) < self.n:
+            raise PretrainRunError(f"SLURM_JOB_NODELIST={os.environ['SLURM_JOB_NODELIST']} names "
+                                   f"{len(self.hosts)} hosts for SLURM_JOB_NUM_NODES={self.n} nodes")
         self.slots = list(range(self.n))   # node r of the job runs on hosts[slots[r]]
         self.master_addr = self.hosts[0]
         self.script = os.environ.get("NODE_SCRIPT", str(run_dir / "launch" / "msrun_node.sh"))
@@ -152,8 +156,8 @@ class SlurmNodes:
         env = {**env, "WORKER_NUM": str(self.n * self.per_node), "LOCAL_WORKER_NUM": str(self.per_node)}
         with open(self.err, "ab") as err:
             self.proc = subprocess.Popen(
-                ["srun", f"--nodes={self.n}", f"--nodelist={hosts}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-                 "bash", "-c", 'NODE_RANK=$SLURM_PROCID exec bash "$0" "$1"', self.script, str(self.run_dir)],
+                ["srun", f"--nodes={self.n}", f"--nodelist={hosts}", "--ntasks-per-node=1",
+                 "--kill-on-bad-exit=1", "bash", "-c", 'NODE_RANK=$SLURM_PROCID exec bash "$0" "$1"', self.script, str(self.run_dir)],
                 env=env, start_new_session=True, stderr=err, pass_fds=() if lock is None else (lock,))
 
     def leave_out(self, node: int, nodes: int, per_node: int) -> None:
@@ -168,8 +172,9 @@ class SlurmNodes:
             return None
         found = self._TASK.findall(self.err.read_text(errors="replace")) if self.err.is_file() else []
         node = int(found[-1][0]) if found else -1
-        return Failure(-1, self.proc.returncode, f"node {node if node >= 0 else '?'} of {self.n}: srun exited "
-                                                 f"with code {self.proc.returncode} (see {self.err})")
+        which = node if node >= 0 else "?"
+        return Failure(-1, self.proc.returncode, f"node {which} of {self.n}: srun exited with code "
+                                                 f"{self.proc.returncode} (see {self.err})", cause="node")
 
     @property
     def returncode(self) -> Optional[int]:
@@ -225,11 +230,12 @@ class Progress:
         now, mtime = time.time(), self._mtime()
         if mtime > self.seen:   # a step (or an eval) since this generation started
             return (Failure(-1, None, f"no new step in {self.step_s:.0f} s (resilience.watchdog_timeout_s "
-                                      f"+ {STALL_MARGIN_S:.0f} s): the job is stuck")
+                                      f"+ {STALL_MARGIN_S:.0f} s): the job is stuck", cause="stall")
                     if now - mtime > self.step_s else None)
         if now - self.started > self.first_s:
-            return Failure(-1, None, f"no first step in {self.first_s:.0f} s (resilience.first_step_timeout_s "
-                                     f"+ {STALL_MARGIN_S:.0f} s): the job is stuck")
+            return Failure(-1, None, f"no first step in {self.first_s:.0f} s (resilience."
+                                     f"first_step_timeout_s + {STALL_MARGIN_S:.0f} s): the job is stuck",
+                           cause="stall")
         return None
 
 
@@ -268,11 +274,11 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
                 node = failure.rank // nodes.per_node if failure.rank >= 0 else _node_of(failure.message)
                 if budget.allows():
                     n = budget.spend(node if node is not None else -1)
-                    msrun._event(run_dir, "restart", cause=failure.message, node=node, rank=failure.rank,
-                                 exit=failure.exit, restart=n, max_restarts=int(res.max_restarts),
+                    msrun._event(run_dir, "restart", cause=failure.message, fault=failure.cause, node=node,
+                                 rank=failure.rank, exit=failure.exit, restart=n, max_restarts=int(res.max_restarts),
                                  failed_at=failed_at, port=port, **lost)
-                    print(f"restart {n}/{res.max_restarts} (within {res.restart_window:g} s) of all {nodes.n} "
-                          f"nodes: {failure.message.split('; ')[0]}; resuming from step {resume_at or 0} "
+                    print(f"restart {n}/{res.max_restarts} (within {res.restart_window:g} s) of all "
+                          f"{nodes.n} nodes: {failure.message.split('; ')[0]}; resuming from step {resume_at or 0} "
                           f"({lost['steps_lost']} steps lost)", flush=True)
                     continue
                 cfg, ranks = _shrink(cfg, run_dir, nodes, ranks, budget, node, failure, failed_at, lost)
@@ -281,8 +287,9 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
             signal.signal(sig, handler)
 
 
-def _shrink(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch, budget: supervise.RestartBudget,
-            node: Optional[int], failure: Failure, failed_at: float, lost: Dict[str, Any]):
+def _shrink(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch,
+            budget: supervise.RestartBudget, node: Optional[int], failure: Failure, failed_at: float,
+            lost: Dict[str, Any]):
     """resilience.elastic past the budget: the node that failed most often in the window is left
     out; the job goes on over the nodes left with the largest data-parallel size they allow (the
     same global batch, grad_accum re-derived: pretrain.launch.supervise), a fresh budget."""
@@ -309,9 +316,9 @@ def _shrink(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch, 
                  failed_at=failed_at, **lost)
     where = f" (host {nodes.hosts[nodes.slots[0]]} now the master)" if isinstance(nodes, SlurmNodes) else ""
     print(f"elastic: node {left_out} kept failing ({budget.max_restarts} restarts within "
-          f"{cfg.resilience.restart_window:g} s); going on with {nodes.n} node(s), data parallel {old[0]} -> {dp}, "
-          f"grad_accum {cfg.train.grad_accum}, from step {lost['resume_step'] or 0} ({lost['steps_lost']} steps lost)"
-          f"{where}",
+          f"{cfg.resilience.restart_window:g} s); going on with {nodes.n} node(s), data parallel {old[0]} -> "
+          f"{dp}, grad_accum {cfg.train.grad_accum}, from step {lost['resume_step'] or 0} "
+          f"({lost['steps_lost']} steps lost){where}",
           flush=True)
     return cfg, type(ranks)(run_dir / "logs", world)
 
@@ -320,8 +327,8 @@ def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWat
                 port: int) -> Optional[Failure]:
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid")]:
-        stale.unlink()
+    for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid"), logs / msrun.SCHEDULER_EXIT]:
+        stale.unlink(missing_ok=True)
     ranks.new_launch(ranks.world)
     env = dict(os.environ)
     env.update(MASTER_ADDR=nodes.master_addr, MASTER_PORT=str(port), **{LAUNCHER_ENV: str(os.getpid())})
@@ -331,7 +338,8 @@ def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWat
     progress.restart()
 
     def check() -> Optional[Failure]:
-        return nodes.failed_node() or progress.stalled()
+        # a port taken on the master before its scheduler bound it: the next generation takes another
+        return msrun.scheduler_failed(logs) or nodes.failed_node() or progress.stalled()
     try:
         failure = ranks.wait(nodes, check)
     finally:
@@ -373,9 +381,10 @@ def _requeue(run_dir: Path) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """`python -m pretrain.launch.controller RUN_DIR`: the controller for this Slurm allocation."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not (Path(args[0]) / "config.yaml").is_file() or "SLURM_JOB_NODELIST" not in os.environ:
-        print("usage: python -m pretrain.launch.controller RUN_DIR  (inside a Slurm allocation; RUN_DIR holds the "
-              "frozen config.yaml)", file=sys.stderr)
+    in_slurm = "SLURM_JOB_NODELIST" in os.environ
+    if len(args) != 1 or not (Path(args[0]) / "config.yaml").is_file() or not in_slurm:
+        print("usage: python -m pretrain.launch.controller RUN_DIR  (inside a Slurm allocation; RUN_DIR "
+              "holds the frozen config.yaml)", file=sys.stderr)
         return 2
     run_dir = Path(args[0]).resolve()
     try:

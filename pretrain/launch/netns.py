@@ -54,7 +54,8 @@ class Namespaces:
         for r in range(self.nodes):
             ns, here, there = self.name(r), f"{self.tag}v{r}", f"{self.tag}b{r}"
             steps += [["ip", "netns", "add", ns],
-                      ["ip", "link", "add", here, "netns", ns, "type", "veth", "peer", "name", there, "netns", sw],
+                      ["ip", "link", "add", here, "netns", ns, "type", "veth",
+                       "peer", "name", there, "netns", sw],
                       ["ip", "-n", sw, "link", "set", there, "master", "br0", "up"],
                       ["ip", "-n", ns, "addr", "add", f"{self.address(r)}/24", "dev", here],
                       ["ip", "-n", ns, "link", "set", here, "up"],
@@ -64,7 +65,8 @@ class Namespaces:
             if done.returncode != 0:
                 self.destroy()
                 raise PretrainRunError(f"could not create the nodes' network namespaces ({' '.join(cmd)}: "
-                                       f"{done.stderr.strip()}); start RUN_DIR/launch/node_<r>.sh on separate hosts")
+                                       f"{done.stderr.strip()}); start RUN_DIR/launch/node_<r>.sh on "
+                                       f"separate hosts")
         return self
 
     def destroy(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Union
 
 KINDS = frozenset({"start", "resume", "save", "prune", "spike", "rollback", "skip", "signal", "hang",
                    "finish", "fallback", "error", "quarantine", "config_change",
-                   "restart", "shrink", "requeue"})   # the launcher's: pretrain/launch/msrun.py, controller.py
+                   "restart", "shrink", "requeue"})   # the launchers': launch/msrun.py, launch/controller.py
 
 
 class EventLog:
