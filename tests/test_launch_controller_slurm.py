@@ -44,7 +44,7 @@ MSRUN = """#!/usr/bin/env bash
 # stand-in for one node's msrun: its ranks leave pid files, then (FAULT: "node:exit:times") this
 # node exits with that code the first `times` starts, or trains until told to stop, or finishes.
 log_dir=""; for a in "$@"; do case "$a" in --log_dir=*) log_dir=${a#--log_dir=} ;; esac; done
-echo "msrun NODE_RANK=$NODE_RANK $*" >> "$RECORD"
+echo "msrun NODE_RANK=$NODE_RANK launcher=${PRETRAIN_LAUNCHER_PID:-} $*" >> "$RECORD"
 starts=$(grep -c "^msrun NODE_RANK=$NODE_RANK " "$RECORD")
 IFS=: read -r f_node f_exit f_times <<< "${FAULT:-::}"
 first=$((NODE_RANK * LOCAL_WORKER_NUM))
@@ -147,6 +147,8 @@ def test_a_node_that_fails_once_restarts_every_node_on_a_fresh_port(slurm, run_d
     msruns = [ln for ln in lines() if ln.startswith("msrun ")]
     assert sorted(ln.split()[1] for ln in msruns) == ["NODE_RANK=0"] * 2 + ["NODE_RANK=1"] * 2   # both, twice
     assert all("--master_addr=n-a" in ln and "--worker_num=4" in ln for ln in msruns)
+    # the controller's pid means nothing on another host: ranks there must not watch it
+    assert all(" launcher= " in ln for ln in msruns)
     first, second = sorted(set(ports(lines())), key=ports(lines()).index)
     assert first != second and str(restart["port"]) == first
     assert f"master_port: {second}" in (run_dir / "config.yaml").read_text()   # the ranks' frozen port

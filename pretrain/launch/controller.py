@@ -76,6 +76,9 @@ class LocalNodes:
         self.procs, self.tags = [], []
         # msrun starts `python` from PATH: make it this interpreter (on a cluster: the job's PATH).
         env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")}
+        # the ranks stop when this controller dies (on this host only: a pid means nothing on another;
+        # under Slurm the step's cleanup ends a node's tree)
+        env[LAUNCHER_ENV] = str(os.getpid())
         for r in range(self.n):
             tag = f"{job}-{r}"
             cmd = ["bash", str(self.run_dir / "launch" / f"node_{r}.sh")]
@@ -331,7 +334,7 @@ def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWat
         stale.unlink(missing_ok=True)
     ranks.new_launch(ranks.world)
     env = dict(os.environ)
-    env.update(MASTER_ADDR=nodes.master_addr, MASTER_PORT=str(port), **{LAUNCHER_ENV: str(os.getpid())})
+    env.update(MASTER_ADDR=nodes.master_addr, MASTER_PORT=str(port))
     print(f"launch: {nodes.n} nodes, master {nodes.master_addr}:{port} (node logs: {logs}/node_<r>.log)",
           flush=True)
     nodes.start(env, rundir.held_fd(run_dir))
