@@ -85,7 +85,9 @@ def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int) -> Dict[str, Any
             restarts = [e for e in _lines(events, "restart") if e["ts"] >= f["at"]]
             if restarts and "detected_s" not in f:
                 r = restarts[0]
-                f.update(detected_s=r["failed_at"] - f["at"], steps_lost=r["steps_lost"], restart_ts=r["ts"])
+                # a step the survivors finished after the fault is not the restarted job's first
+                f.update(detected_s=r["failed_at"] - f["at"], steps_lost=r["steps_lost"], restart_ts=r["ts"],
+                         lines=len(steps))
             if "restart_ts" in f and len(steps) > f["lines"]:
                 f["first_step_s"] = time.time() - f["at"]
                 resumed = [e for e in _lines(events, "resume") if e["ts"] >= f["restart_ts"]]
