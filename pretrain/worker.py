@@ -33,6 +33,23 @@ def load_frozen(run_dir: Path):
                                f"state.json holds the resolved config it was made with, under \"config\")") from None
 
 
+def scheduler(run_dir: Path) -> int:
+    """msrun's scheduler: hosts the rendezvous. Its failure (the master port taken between the
+    launcher's check and its bind) is left in RUN_DIR/logs/scheduler.exit, so the launcher says so
+    within a second instead of waiting for the workers' cluster timeout."""
+    try:
+        import mindspore as ms
+        from mindspore.communication import init
+        ms.set_context(device_target="CPU")
+        init()
+    except BaseException as exc:
+        write_atomic(run_dir / "logs" / "scheduler.exit", json.dumps(
+            {"exit": 1, "port": os.environ.get("MS_SCHED_PORT"), "error": f"{type(exc).__name__}: "
+             f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"}))
+        raise
+    return 0
+
+
 def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not 1 <= len(args) <= 2 or not (Path(args[0]) / "config.yaml").is_file():
@@ -41,11 +58,7 @@ def main(argv=None) -> int:
         return 2
     run_dir = Path(args[0]).resolve()
     if os.environ.get("MS_ROLE") == "MS_SCHED":
-        import mindspore as ms
-        from mindspore.communication import init
-        ms.set_context(device_target="CPU")
-        init()
-        return 0
+        return scheduler(run_dir)
     rank = int(os.environ.get("RANK_ID", "0"))
     status_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(status_path(run_dir, rank, "pid"), str(os.getpid()))
@@ -56,6 +69,8 @@ def main(argv=None) -> int:
         from pretrain.engine import train as run   # our loop or MindFormers' trainer (ParallelLayout.engine)
         cfg = load_frozen(run_dir)
         cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
+        from pretrain.resilience.orphan import stop_with_launcher
+        stop_with_launcher(float(cfg.resilience.watchdog_timeout_s))
         summary = run(cfg, *args[1:])
         status.update(exit=0, error="", **summary.get("rank_evidence", {}))
     except USER_ERRORS as exc:

@@ -19,7 +19,7 @@ echo "{name} NODE_RANK=${{NODE_RANK:-}} PWD=$PWD $*" >> "$RECORD"
 SRUN = """#!/usr/bin/env bash
 # stand-in for srun: runs the task once per node, as Slurm would on each node
 while [[ "$1" == --* ]]; do shift; done
-for ((node = 0; node < SLURM_JOB_NUM_NODES; node++)); do SLURM_NODEID=$node "$@"; done
+for ((node = 0; node < SLURM_JOB_NUM_NODES; node++)); do SLURM_NODEID=$node SLURM_PROCID=$node "$@"; done
 """
 
 
@@ -28,7 +28,7 @@ def stand_ins(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in [("msrun", RECORDER.format(name="msrun")), ("sbatch", RECORDER.format(name="sbatch")),
-                       ("srun", SRUN), ("scontrol", "#!/usr/bin/env bash\nprintf 'n-a\\nn-b\\n'\n")]:
+                       ("srun", SRUN), ("scontrol", "#!/usr/bin/env bash\nprintf 'n-%s\\n' a b c d e f g h\n")]:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     record = tmp_path / "record.txt"

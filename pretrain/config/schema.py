@@ -99,6 +99,9 @@ class HardwareConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = between(1, 65535, 8118)
     min_devices: int = between(1, 2**30, 1)   # resilience.elastic never shrinks the job below this
+    # every node on this host, each in a network namespace of its own, under the job controller
+    # (pretrain/launch/controller.py): a cluster stand-in for tests (needs root)
+    nodes_on_this_host: bool = False
 
 
 @dataclass

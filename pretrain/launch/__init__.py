@@ -43,12 +43,22 @@ def describe(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
 
 
 def write_nodes(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
-    """Several nodes: the per-node scripts each node's msrun starts from (nothing trains here)."""
+    """Several nodes: the per-node scripts each node's msrun starts from; with
+    hardware.nodes_on_this_host the job controller then runs them all here (rank 0 prepares the
+    data, the other ranks wait for it), else nothing trains here."""
     from pretrain.launch.scripts import describe_nodes, write_node_scripts
     write_engine_yamls(cfg, run_dir)
     write_node_scripts(cfg, run_dir)
-    print(describe_nodes(cfg, run_dir, written=True))
-    return {}
+    if not cfg.hardware.get("nodes_on_this_host", False):
+        print(describe_nodes(cfg, run_dir, written=True))
+        return {}
+    from pretrain.launch import controller
+    started = time.time()
+    controller.run(cfg, run_dir, controller.LocalNodes(cfg, run_dir.resolve()))
+    summary = run_dir / "summary.json"
+    if not summary.is_file() or summary.stat().st_mtime < started:
+        return {}
+    return measured(json.loads(summary.read_text()))
 
 
 def check_host(cfg: DictConfig) -> None:

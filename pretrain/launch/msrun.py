@@ -24,7 +24,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -33,14 +33,17 @@ from pretrain.config import frozen
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.layout import ParallelLayout, num_devices
 from pretrain.io import write_atomic
-from pretrain.launch import supervise
+from pretrain.launch import supervise, tree
 from pretrain.launch.console import ConsoleRelay
 from pretrain.launch.supervise import Failure
 from pretrain.resilience.events import EventLog
+from pretrain.resilience.orphan import LAUNCHER_ENV
 
 CLUSTER_TIME_OUT_S = 600
 LAST_LINES = 12
 POLL_S = 0.1
+SCHEDULER_EXIT = "scheduler.exit"   # pretrain.worker.scheduler's failure report
+PORT_TRIES = 5     # a master port taken between the check and the scheduler's bind: tried again
 EXIT_GRACE_S = 60.0      # after every rank reported success, msrun and its scheduler get this long
 # Lines of a worker log that are noise, not the error: MindSpore/MindFormers warnings, progress bars.
 _NOISE = ("[WARNING]", "[INFO]", " - WARNING - ", " - INFO - ", "%|")
@@ -71,13 +74,18 @@ def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None) -> Di
     devices = list(range(ParallelLayout.from_config(cfg).devices))   # this host's devices the job runs on
     started = time.time()
     ranks = RankWatch(run_dir / "logs", len(devices))
+    port_tries = 0
     with _forward_stop_signals(ranks) as stopping:
         while True:
-            cfg = _free_port(cfg, run_dir)
+            cfg = _free_port(cfg, run_dir, taken=port_tries > 0)
             ranks.new_launch(ParallelLayout.from_config(cfg).devices)
             failure = _launch_once(cfg, run_dir, ranks, devices, phase)
             if failure is None:
                 return {"wall_s": time.time() - started}
+            if failure.cause == "scheduler" and not stopping and port_tries < PORT_TRIES:
+                port_tries += 1   # a port race, not the job's failure: no restart spent
+                print(f"{failure.message}: retrying on a free port", flush=True)
+                continue
             failed_at = time.time()
             if stopping or not failure.retryable or not (budget.allows() or res.elastic):
                 raise _gave_up(failure, budget, res, stopping)
@@ -117,11 +125,13 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
     of them are stopped then)."""
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid")]:
-        stale.unlink()
+    for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid"), logs / SCHEDULER_EXIT]:
+        stale.unlink(missing_ok=True)
     env = dict(os.environ)
     # msrun starts `python` from PATH: make it this interpreter.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env[LAUNCHER_ENV] = str(os.getpid())   # the ranks stop when this launcher dies (resilience.orphan)
+    env[tree.TAG_ENV] = tag = tree.new_tag()   # every process of this launch, found by it (_kill)
     if cfg.hardware.device == "ascend":   # after a shrink, the devices the job still trusts
         env["ASCEND_RT_VISIBLE_DEVICES"] = ",".join(map(str, devices))
     if ranks.world == 1:   # one device left after a shrink: no cluster to rendezvous, no msrun
@@ -149,18 +159,30 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
             out.close()
     try:
         try:
-            failure = ranks.wait(proc)
+            failure = ranks.wait(proc, lambda: scheduler_failed(logs))
         except BaseException:
-            _kill(proc, ranks)   # never leave ranks running behind an error in this process
+            _kill(proc, ranks, tag)   # never leave ranks running behind an error in this process
             raise
         finally:
             ranks.deaths.close()
         if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
-            _kill(proc, ranks)
+            _kill(proc, ranks, tag)
     finally:
         if relay is not None:
             relay.stop()
     return failure
+
+
+def scheduler_failed(logs: Path) -> Optional[Failure]:
+    """msrun's scheduler ended with an error (pretrain.worker.scheduler left why): the ranks would
+    only wait for it until their cluster timeout."""
+    try:
+        info = json.loads((logs / SCHEDULER_EXIT).read_text())
+    except (OSError, ValueError):
+        return None
+    return Failure(-1, int(info["exit"]), f"msrun's scheduler on port {info.get('port')} failed at once "
+                   f"({info.get('error')}; see {logs / 'scheduler.log'}): the port was taken after the check",
+                   cause="scheduler")
 
 
 def _gave_up(failure: Failure, budget: "supervise.RestartBudget", res: DictConfig, stopping: List[int],
@@ -187,14 +209,16 @@ def _refreeze(cfg: DictConfig, run_dir: Path) -> None:
     write_atomic(run_dir / "config.yaml", frozen.text(cfg))
 
 
-def _free_port(cfg: DictConfig, run_dir: Path) -> DictConfig:
-    """A single-host job whose master_port is busy takes a free one (in the frozen config too);
-    several nodes keep the explicit one, which every node must agree on."""
+def _free_port(cfg: DictConfig, run_dir: Path, taken: bool = False) -> DictConfig:
+    """A single-host job whose master_port is busy (or was `taken` from its scheduler) takes a
+    free one (in the frozen config too); several nodes keep the explicit one, which every node
+    must agree on."""
     if int(cfg.hardware.num_nodes) > 1 or num_devices(cfg.hardware) == 1:
         return cfg
     try:
-        check_port_free(cfg.hardware)
-        return cfg
+        if not taken:
+            check_port_free(cfg.hardware)
+            return cfg
     except PretrainRunError:
         pass
     with socket.socket() as s:
@@ -300,6 +324,7 @@ class DeathOrder:
 
 class RankWatch:
     """The ranks of this host as pretrain.worker reports them in RUN_DIR/logs/."""
+    trust_exit_code = False   # True: the launched process's exit 0 says every rank ended well
 
     def __init__(self, logs: Path, world: int):
         self.logs, self.world = logs, world
@@ -335,8 +360,10 @@ class RankWatch:
     def pids(self) -> Dict[int, int]:
         return {int(p.stem.split("_")[1]): int(p.read_text()) for p in self.logs.glob("rank_*.pid")}
 
-    def wait(self, proc: subprocess.Popen) -> Optional[Failure]:
-        """None once every rank exited 0 (and msrun with them); else why the launch failed."""
+    def wait(self, proc: Any, check: Optional[Callable[[], Optional[Failure]]] = None) -> Optional[Failure]:
+        """None once every rank exited 0 (and msrun with them); else why the launch failed.
+        `check`: a failure the ranks' files cannot show, asked each poll after them (the job
+        controller's: a node's process tree gone, no new step)."""
         done_at = None
         while True:
             if self.stopping:   # a rank that started after the stop request
@@ -358,8 +385,11 @@ class RankWatch:
                 return Failure(vanished, None, self.message(
                     vanished, "ended without an exit status (killed by a signal or the OOM killer, or "
                               "exited below Python)"))
+            found = check() if check is not None and len(exits) < self.world else None
+            if found is not None:
+                return found
             if proc.poll() is not None:
-                if len(exits) == self.world:
+                if len(exits) == self.world or (self.trust_exit_code and proc.returncode == 0):
                     return None
                 missing = sorted(set(range(self.world)) - set(exits))
                 return Failure(missing[0], None, self.message(
@@ -416,10 +446,12 @@ def _alive(pid: int) -> bool:
             return False
 
 
-def _kill(proc: subprocess.Popen, ranks: RankWatch) -> None:
+def _kill(proc: subprocess.Popen, ranks: RankWatch, tag: Optional[str] = None) -> None:
     ranks.kill()
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)   # msrun and its scheduler
+    if tag is not None:   # a worker that had not written its pid file yet, a `tail -f`
+        tree.kill_tagged([tag])
     proc.wait()
 
 

@@ -112,7 +112,10 @@ def describe_nodes(cfg: DictConfig, run_dir: Path, *, written: bool) -> str:
                      f"nodes as one Slurm job: bash {run_dir / 'launch' / 'submit_slurm.sh'}")
         lines.append(f"data first on a Ray cluster across an allocation (optional; else rank 0 prepares it): "
                      f"bash {run_dir / 'launch' / 'submit_ray_data.sh'}")
-    if str(hw.master_addr).startswith(_LOOPBACK):
+    if hw.get("nodes_on_this_host", False):
+        lines.append("hardware.nodes_on_this_host: the job controller runs every node here, each in a "
+                     "network namespace of its own (pretrain/launch/controller.py)")
+    elif str(hw.master_addr).startswith(_LOOPBACK):
         lines.append(f"note: hardware.master_addr={hw.master_addr} is this host's loopback, which the other nodes "
                      f"cannot reach: set hardware.master_addr=<node 0's address> (or export MASTER_ADDR on every "
                      f"node; the Slurm script finds it itself)")

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Union
 
 KINDS = frozenset({"start", "resume", "save", "prune", "spike", "rollback", "skip", "signal", "hang",
                    "finish", "fallback", "error", "quarantine", "config_change", "data_change",
-                   "restart", "shrink"})   # the last two: the launcher's (pretrain/launch/msrun.py)
+                   "restart", "shrink", "requeue"})   # the last three: launch/msrun.py, launch/controller.py
 
 
 class EventLog:

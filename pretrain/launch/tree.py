@@ -1,0 +1,67 @@
+"""A launch's whole process tree on this host, found by a tag in its environment.
+
+msrun's workers run in sessions of their own (setsid) and survive msrun's death as orphans, so
+neither a process group nor a parent chain finds all of them. Every process a launch starts
+inherits TAG_ENV=<tag> (msrun passes its environment on to the scheduler, the workers and their
+data workers), and /proc/<pid>/environ still shows it after any setsid or reparenting.
+"""
+import os
+import signal
+import time
+import uuid
+from typing import Iterable, List
+
+TAG_ENV = "PRETRAIN_TREE_TAG"
+
+
+def new_tag() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def tagged(tags: Iterable[str]) -> List[int]:
+    """Pids of the live processes whose environment carries one of `tags`."""
+    wanted = {f"{TAG_ENV}={t}".encode() for t in tags}
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if wanted.intersection(env) and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def sigkill(pid: int) -> None:
+    """SIGKILL the process group `pid` leads, or the process alone when it leads none."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+            return
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def kill_tagged(tags: Iterable[str], wait_s: float = 15.0) -> List[int]:
+    """SIGKILL every process carrying one of `tags` until none is left (or wait_s passed); the
+    ones still alive then."""
+    tags = list(tags)
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = tagged(tags)
+        if not left or time.monotonic() > deadline:
+            return left
+        for pid in left:
+            sigkill(pid)
+        time.sleep(0.05)

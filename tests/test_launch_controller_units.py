@@ -1,0 +1,52 @@
+"""The job controller's parts that need no cluster: the progress watchdog (no new step), the tree
+tag that finds a node's processes after setsid, and the scheduler's failure report."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from omegaconf import OmegaConf
+
+from pretrain.launch import tree
+from pretrain.launch.controller import Progress
+from pretrain.launch.msrun import scheduler_failed
+
+RES = OmegaConf.create({"watchdog_timeout_s": 100, "first_step_timeout_s": 1000})
+
+
+def test_no_first_step_and_no_new_step_are_failures_past_their_timeouts(tmp_path):
+    progress = Progress(tmp_path, RES)
+    progress.restart()
+    assert progress.stalled() is None
+    progress.started -= 1031   # no line yet, past first_step_timeout_s + the margin
+    assert "no first step in 1030 s" in progress.stalled().message
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"kind": "train", "step": 1}\n')
+    assert progress.stalled() is None    # a step since this generation started
+    old = time.time() - 131
+    os.utime(metrics, (old, old))
+    progress.seen = old - 1
+    failure = progress.stalled()
+    assert "no new step in 130 s" in failure.message and failure.retryable
+
+
+def test_a_tagged_tree_is_found_after_setsid_and_killed_whole(tmp_path):
+    tag = tree.new_tag()
+    # a parent and a child in a session of its own (as msrun starts a worker), both tagged
+    proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(['sleep', "
+                             "'600'], start_new_session=True); print('up', flush=True); time.sleep(600)"],
+                            env={**os.environ, tree.TAG_ENV: tag}, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "up\n"
+    assert len(tree.tagged([tag])) == 2 and tree.tagged([tree.new_tag()]) == []
+    assert tree.kill_tagged([tag]) == []
+    proc.wait()
+    assert tree.tagged([tag]) == []
+
+
+def test_a_scheduler_that_could_not_bind_is_a_failure_naming_its_port(tmp_path):
+    assert scheduler_failed(tmp_path) is None
+    report = {"exit": 1, "port": "8118", "error": "RuntimeError: x"}
+    (tmp_path / "scheduler.exit").write_text(json.dumps(report))
+    failure = scheduler_failed(tmp_path)
+    assert failure.cause == "scheduler" and "scheduler on port 8118 failed at once" in failure.message

@@ -1,0 +1,186 @@
+"""Issue 21 end to end: a 2-node job on this one host (hardware=cpu_2x1: each node's
+RUN_DIR/launch/node_<r>.sh in a network namespace of its own, two separate process trees that
+rendezvous through msrun's real scheduler on node 0), under the job controller.
+
+- uninterrupted, its per-step losses and final weights equal the one-host dp2 run's (cpu_2proc);
+- kill -9 of node 1's whole tree (bash, msrun, its worker) at step k: the controller stops node 0's
+  tree too, restarts both nodes from the newest checkpoint on a fresh port, and every step's loss
+  and the final weights are bitwise the uninterrupted run's.
+Prints, for the kill, the seconds to detection and to the first step after, and the steps lost.
+Needs root (network namespaces).
+"""
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pretrain.launch import tree
+from tests.test_elastic_e2e import DP2, STEPS, Cli, events, losses, status, train_steps
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")]
+
+NODES = ["parallel=dp2", "hardware=cpu_2x1"]
+
+
+@pytest.fixture(scope="module")
+def cli(data_cache, tmp_path_factory):
+    return Cli(tmp_path_factory.mktemp("nodes"), data_cache)
+
+
+@pytest.fixture(scope="module")
+def reference(cli):
+    run = cli.cwd / "reference"
+    cli.finish(cli.start(str(run), *DP2, f"hardware.master_port={free_port()}"))
+    return {"losses": losses(run), "params": status(run)[0]["params_sha256"]}
+
+
+def raw_steps(run: Path):
+    """Every train line of metrics.jsonl in file order (a restarted job appends its steps again)."""
+    try:
+        return [json.loads(ln)["step"] for ln in (run / "metrics.jsonl").read_text().splitlines()
+                if '"kind": "train"' in ln and ln.endswith("}")]
+    except OSError:
+        return []
+
+
+def node_tree(run: Path, rank: int):
+    """Every process of the node that runs `rank`: those carrying its worker's tree tag."""
+    pid = int((run / "logs" / f"rank_{rank}.pid").read_text())
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    (tag,) = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(tree.TAG_ENV.encode() + b"=")]
+    return tag, tree.tagged([tag])
+
+
+def test_two_nodes_on_one_host_train_as_the_one_host_dp2_run(cli, reference):
+    run = cli.cwd / "nodes"
+    out = cli.finish(cli.start(str(run), *NODES))
+    assert "launch: 2 nodes, master 10." in out
+    ranks = status(run)
+    assert sorted(ranks) == [0, 1] and ranks[0]["data_parallel"] == 2
+    assert losses(run) == reference["losses"]            # every step, bitwise
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+    # two process trees: each node's own log, the scheduler on node 0 only
+    assert (run / "logs" / "node_0.log").is_file() and (run / "logs" / "node_1.log").is_file()
+    assert "Start scheduler process" in (run / "logs" / "node_0.log").read_text()
+    assert "Start scheduler process" not in (run / "logs" / "node_1.log").read_text()
+
+
+def test_node_1_killed_whole_the_controller_restarts_every_node_and_the_run_is_unchanged(cli, reference):
+    run = cli.cwd / "killed"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
+    killed = None
+    while proc.poll() is None and killed is None:
+        time.sleep(0.05)
+        if len(train_steps(run)) >= 7:
+            tag, pids = node_tree(run, 1)
+            assert len(pids) >= 3   # bash, msrun, the worker (and none of node 0's)
+            last = max(train_steps(run))
+            for pid in pids:
+                tree.sigkill(pid)
+            killed = {"at": time.time(), "last": last, "tag": tag, "lines": len(raw_steps(run))}
+    first_step = None
+    while proc.poll() is None and first_step is None:   # the first step line written after the kill
+        time.sleep(0.05)
+        if len(raw_steps(run)) > killed["lines"]:
+            first_step = time.time() - killed["at"]
+    out = cli.finish(proc)
+    (restart,) = events(run, "restart")
+    detected = restart["failed_at"] - killed["at"]
+    (resumed,) = events(run, "resume")   # logged once the restarted ranks built the model and loaded it
+    print(f"\nnode 1 killed at step {killed['last']}: detected {detected:.2f} s later, first step after "
+          f"{first_step:.2f} s (restart -> resumed {resumed['ts'] - restart['ts']:.2f} s: process start, "
+          f"rendezvous, build, load; resumed -> first step "
+          f"{killed['at'] + first_step - resumed['ts']:.2f} s: "
+          f"graph compile + 1 step), {restart['steps_lost']} steps lost")
+    assert restart["node"] == 1 and restart["rank"] == 1 and restart["exit"] is None
+    assert "node 1: rank 1 of 2 ended without an exit status" in restart["cause"]
+    assert restart["steps_lost"] == restart["last_step"] - restart["resume_step"]
+    assert "restart 1/2" in out and "of all 2 nodes" in out
+    assert not tree.tagged([killed["tag"]])
+    assert [e["step"] for e in events(run, "resume")] == [restart["resume_step"]]
+    assert losses(run) == reference["losses"]
+    ranks = status(run)
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+    assert json.loads((run / "summary.json").read_text())["global_step"] == STEPS
+
+
+def test_a_stopped_rank_is_caught_by_its_peers_watchdog_and_every_node_restarts(cli, reference):
+    """SIGSTOP of node 1's rank (a hung device, a stuck process): node 0's rank waits in the
+    all-reduce until its watchdog exits it (75); the controller kills both trees (the stopped one
+    too) and restarts them; the run ends as if uninterrupted."""
+    run = cli.cwd / "stopped"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2", "resilience.watchdog_timeout_s=10")
+    stopped = None
+    while proc.poll() is None and stopped is None:
+        time.sleep(0.05)
+        if len(train_steps(run)) >= 7:
+            pid = int((run / "logs" / "rank_1.pid").read_text())
+            os.kill(pid, signal.SIGSTOP)
+            stopped = {"at": time.time(), "lines": len(raw_steps(run)), "pid": pid}
+    first_step = None
+    while proc.poll() is None and first_step is None:
+        time.sleep(0.05)
+        if len(raw_steps(run)) > stopped["lines"]:
+            first_step = time.time() - stopped["at"]
+    cli.finish(proc)
+    (restart,) = events(run, "restart")
+    print(f"\nrank 1 stopped: detected {restart['failed_at'] - stopped['at']:.2f} s later (watchdog 10 s), "
+          f"first step after {first_step:.2f} s, {restart['steps_lost']} steps lost")
+    assert restart["exit"] == 75 and "watchdog" in restart["cause"]
+    assert not tree._alive(stopped["pid"])
+    assert losses(run) == reference["losses"]
+    ranks = status(run)
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+
+
+def test_a_node_killed_each_time_it_returns_is_left_out_and_the_job_finishes_on_one_node(cli, reference):
+    """resilience.elastic: node 1's tree killed every time it comes back; one restart allowed,
+    then the job leaves node 1 out and goes on alone (dp 2 -> 1, grad_accum 1 -> 2, the same
+    global batch), from its newest checkpoint, to the end."""
+    run = cli.cwd / "elastic"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=1", "resilience.elastic=true",
+                     "hardware.min_devices=1")
+    kills, seen = [], None
+    while proc.poll() is None and len(kills) < 2:
+        time.sleep(0.05)
+        try:
+            pid = int((run / "logs" / "rank_1.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if pid != seen:
+            seen, base = pid, len(raw_steps(run))
+        if len(raw_steps(run)) >= base + 4:
+            try:
+                _, pids = node_tree(run, 1)
+            except OSError:   # rank 1 ended meanwhile: its next generation is the one to kill
+                continue
+            for p in pids:
+                tree.sigkill(p)
+            kills.append({"at": time.time(), "lines": len(raw_steps(run))})
+            base = float("inf")   # until node 1 is back (a new pid)
+    first_step = None
+    while proc.poll() is None and first_step is None:
+        time.sleep(0.05)
+        if len(raw_steps(run)) > kills[-1]["lines"]:
+            first_step = time.time() - kills[-1]["at"]
+    out = cli.finish(proc)
+    (restart,) = events(run, "restart")
+    (shrink,) = events(run, "shrink")
+    print(f"\nshrink: detected {shrink['failed_at'] - kills[-1]['at']:.2f} s after the 2nd kill, first step "
+          f"on one node {first_step and round(first_step, 2)} s after it, {shrink['steps_lost']} steps lost")
+    assert restart["node"] == 1 and shrink["node"] == 1
+    assert (shrink["dp_from"], shrink["dp_to"], shrink["nodes_from"], shrink["nodes_to"]) == (2, 1, 2, 1)
+    assert shrink["grad_accum"] == 2 and "data parallel 2 -> 1" in out
+    frozen = (run / "config.yaml").read_text()
+    assert "dp: 1" in frozen and "num_nodes: 1" in frozen and "grad_accum: 2" in frozen
+    assert json.loads((run / "summary.json").read_text())["global_step"] == STEPS
+    mine = losses(run)
+    assert sorted(mine) == list(range(1, STEPS + 1))
+    s = shrink["resume_step"]
+    before = {k: v for k, v in reference["losses"].items() if k <= s}
+    assert {k: v for k, v in mine.items() if k <= s} == before
