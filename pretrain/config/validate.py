@@ -369,10 +369,10 @@ def _mindformers(cfg) -> Iterator[str]:
     if m.arch == "llama" and m.tie_embeddings:
         yield ("model.tie_embeddings=true with model.arch=llama: MindFormers 1.9.0's class for that layout "
                "(TeleChat3ForCausalLM) never ties the head; set model.tie_embeddings=false or use arch=qwen3")
-    if m.sandwich_norm:
-        yield ("model.sandwich_norm=true: the mindformers 1.9.0 training graph (parallel_core.training_graph "
-               "TransformerLayer) has no post-attention/post-MLP norm, so it would train without DSSN; the "
-               "switch is exported to mindformers.yaml only; set model.sandwich_norm=false to train here")
+    if m.sandwich_norm and m.arch != "llama":
+        yield (f"model.sandwich_norm=true with model.arch={m.arch}: the depth-scaled sandwich-norm class "
+               f"(pretrain/model/sandwich.py, PanguUltraForCausalLM) extends MindFormers' TeleChat3 decoder, "
+               f"the arch=llama layout; set model.arch=llama or model.sandwich_norm=false")
     if moe and hw.device == "cpu":
         yield (f"model.num_experts={m.num_experts} on hardware.device=cpu: MindFormers' MoE layers use Ascend "
                f"kernels (TopkExt, grouped matmul) with no CPU kernel; train MoE models on an ascend hardware "

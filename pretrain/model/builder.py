@@ -106,6 +106,10 @@ def build_from_block(block: Dict[str, Any], default_args: Optional[Dict[str, Any
     from mindformers.models.build_model import build_network
     from mindformers.tools.register import MindFormerConfig
 
+    from pretrain.model import sandwich
+
+    sandwich.register()   # the block may name our DSSN class (mindformers_config.model_class)
+
     # The config converter prints a table of every converted key; keep it in the log dir, off stdout.
     log_dir = Path(os.environ.get("LOCAL_DEFAULT_PATH", "./output"))
     log_dir.mkdir(parents=True, exist_ok=True)
