@@ -373,10 +373,6 @@ def _mindformers(cfg) -> Iterator[str]:
         yield (f"model.sandwich_norm=true with model.arch={m.arch}: the depth-scaled sandwich-norm class "
                f"(pretrain/model/sandwich.py, PanguUltraForCausalLM) extends MindFormers' TeleChat3 decoder, "
                f"the arch=llama layout; set model.arch=llama or model.sandwich_norm=false")
-    if moe and hw.device == "cpu":
-        yield (f"model.num_experts={m.num_experts} on hardware.device=cpu: MindFormers' MoE layers use Ascend "
-               f"kernels (TopkExt, grouped matmul) with no CPU kernel; train MoE models on an ascend hardware "
-               f"option (mindformers.yaml export and planning work anywhere)")
     if moe and float(cfg.train.z_loss) > 0:
         yield (f"train.z_loss={cfg.train.z_loss} with model.num_experts={m.num_experts}: z-loss is computed "
                f"from the model's logits, a path without MindFormers' MoE balance loss; set train.z_loss=0")

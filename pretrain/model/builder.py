@@ -81,6 +81,10 @@ def build_model(cfg: DictConfig, pad_token_id: int = 0) -> Any:
     init_runtime(cfg)
     block = mindformers_config.model_config(cfg, pad_token_id=pad_token_id)
     net = build_from_block(block, parallel_default_args(cfg))
+    if not mindformers_config.is_semi_auto(cfg):   # our loop's data parallel: each rank sees its own tokens
+        from pretrain.model import moe_load
+
+        moe_load.localize_routers(net)
     net.set_train(True)
     return net
 

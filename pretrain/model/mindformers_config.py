@@ -25,6 +25,7 @@ from pretrain.config.attention import document_attention
 from pretrain.config.layout import ParallelLayout
 from pretrain.config.lr_levels import end_lr
 
+MOE_AUX_LOSS_COEFF = 0.001   # Qwen3-MoE's router_aux_loss_coef (Hugging Face config)
 SANDWICH_ARCHITECTURE = "PanguUltraForCausalLM"   # pretrain/model/sandwich.py registers it
 # (model_type, architecture) per (arch, moe)
 _CLASSES = {
@@ -140,6 +141,9 @@ def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
                 "norm_topk_prob": True,  # top-k gate weights renormalised to sum to 1 (Qwen3-MoE)
                 "routed_scaling_factor": 1.0,
                 "router_dense_type": "float32",
+                # the load-balancing loss in the objective: Qwen3-MoE's router_aux_loss_coef (0.001),
+                # a key MindFormers' Qwen3-MoE config marks unused; its own key is this one (default 0)
+                "moe_aux_loss_coeff": MOE_AUX_LOSS_COEFF,
             }
         )
         if int(m.num_shared_experts or 0) > 0:
