@@ -94,7 +94,8 @@ def test_shrunken_pangu_uses_tinyinit_everywhere(runtime, compose_many):
 
 def test_sandwich_norm_trains_on_the_llama_layout_only(compose_many):
     cfg = compose_many(["model=pangu_ultra_135b"] + SHRINK)
-    assert mfc.model_config(cfg)["architectures"] == ["PanguUltraForCausalLM"]   # tests/test_model_sandwich.py
+    # built and trained in tests/test_model_sandwich.py
+    assert mfc.model_config(cfg)["architectures"] == ["PanguUltraForCausalLM"]
     validate.check_trainable(cfg)
     with pytest.raises(PretrainConfigError, match="model.sandwich_norm=true with model.arch=qwen3"):
         validate.check_trainable(compose_many(["model=qwen3_8b", "model.sandwich_norm=true"] + SHRINK))

@@ -98,10 +98,11 @@ def test_balance_loss_is_in_the_objective_and_the_count_is_the_planners(moe):
 
     rng = np.random.default_rng(1)
     seq = int(cfg.model.seq_length)
-    rows = [(rng.integers(4, int(cfg.model.vocab_size), seq + 1).astype(np.int32), np.array([seq + 1], np.int32))
-            for _ in range(2)]
+    rows = [(rng.integers(4, int(cfg.model.vocab_size), seq + 1).astype(np.int32),
+             np.array([seq + 1], np.int32)) for _ in range(2)]
     attention = mfc.document_attention(cfg)
-    objective, lm, tokens = LossCell(net, attention=attention)(*model_inputs(rows_to_batch(rows, seq), attention))
+    inputs = model_inputs(rows_to_batch(rows, seq), attention)
+    objective, lm, tokens = LossCell(net, attention=attention)(*inputs)
     # the objective is the LM sum plus the balance loss, which the model scales by the token count
     balance = (float(objective.asnumpy()) - float(lm.asnumpy())) / float(tokens.asnumpy())
     layers = int(cfg.model.num_layers)
@@ -153,8 +154,8 @@ def test_moe_dp2_over_msrun_equals_one_process(data_cache, tmp_path):
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     one = run_pretrain(data_cache, tmp_path / "one", *steps, "run_dir=run")
-    two = run_pretrain(data_cache, tmp_path / "two", *steps, "run_dir=run", "parallel=dp2", "hardware=cpu_2proc",
-                       f"hardware.master_port={free_port()}")
+    two = run_pretrain(data_cache, tmp_path / "two", *steps, "run_dir=run", "parallel=dp2",
+                       "hardware=cpu_2proc", f"hardware.master_port={free_port()}")
     assert len(one) == len(two) == 14
     np.testing.assert_allclose([r["loss"] for r in two], [r["loss"] for r in one], rtol=1e-5)
     np.testing.assert_allclose([r["grad_norm"] for r in two], [r["grad_norm"] for r in one], rtol=1e-4)

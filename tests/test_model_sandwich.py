@@ -139,7 +139,8 @@ def test_dssn_yaml_passes_mindformers_checks_on_1024_devices_and_post_norms_spli
     import dataclasses
 
     import mindspore as ms
-    from mindformers.parallel_core.training_graph.base_models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from mindformers.parallel_core.training_graph.base_models.gpt.gpt_layer_specs import (
+        get_gpt_layer_local_spec)
     from mindformers.parallel_core.training_graph.device_matrix import layout
     from mindformers.parallel_core.training_graph.transformer.identity_op import IdentityOp
     from mindformers.parallel_core.utils.spec_utils import build_module
@@ -151,7 +152,8 @@ def test_dssn_yaml_passes_mindformers_checks_on_1024_devices_and_post_norms_spli
         "model=pangu_ultra_135b", "hardware=ascend910b_128x8", "parallel=dp8tp8pp16", "parallel.vpp=1",
         f"parallel.sequence_parallel={str(sequence_parallel).lower()}", "model.hidden_size=64",
         "model.num_heads=8", "model.num_kv_heads=8", "model.head_dim=8", "model.ffn_hidden_size=128",
-        "model.num_layers=16", "model.vocab_size=512", "model.seq_length=64", "model.max_position_embeddings=64",
+        "model.num_layers=16", "model.vocab_size=512", "model.seq_length=64",
+        "model.max_position_embeddings=64",
     ])
     sandwich.register()
     path = tmp_path / "mindformers.yaml"
@@ -202,8 +204,8 @@ def test_shrunken_pangu_with_dssn_and_tinyinit_trains_100_steps_on_cpu(data_cach
 
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     env["PRETRAIN_CACHE"] = str(data_cache)
-    proc = subprocess.run([sys.executable, "-m", "pretrain", *PANGU_RUN, "run_dir=run"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "pretrain", *PANGU_RUN, "run_dir=run"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     run = tmp_path / "run"
     exported = (run / "mindformers_general.yaml").read_text()

@@ -157,7 +157,8 @@ def _replacements():
             super().__init__(config)
             # tokens routed to each expert (k per token), for the step's metrics
             self.expert_tokens = Parameter(Tensor(np.zeros(self.num_local_experts, np.float32)),
-                                           name="expert_tokens", requires_grad=False, parallel_optimizer=False)
+                                           name="expert_tokens", requires_grad=False,
+                                           parallel_optimizer=False)
 
         def construct(self, tokens, probs, routing_map):
             """tokens [dp, N, h], probs and routing_map [dp, N, k] -> [dp, N, h]: Σ_k probs·FFN_map(x)."""

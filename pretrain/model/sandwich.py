@@ -56,7 +56,6 @@ def register() -> None:
 
 def _classes():
     """Defined on first use so importing this module imports neither mindspore nor mindformers."""
-    import mindspore as ms
     from mindspore.common.initializer import Constant, initializer
 
     from mindformers.models.telechat3.modeling_telechat3_train import TrainingTeleChat3ForCausalLM
@@ -65,7 +64,8 @@ def _classes():
         get_gpt_decoder_block_spec, get_gpt_layer_local_spec)
     from mindformers.parallel_core.training_graph.base_models.gpt.gpt_model import GPTModel
     from mindformers.parallel_core.training_graph.device_matrix import layout
-    from mindformers.parallel_core.training_graph.transformer.transformer_block import TransformerBlockSubmodules
+    from mindformers.parallel_core.training_graph.transformer.transformer_block import (
+        TransformerBlockSubmodules)
     from mindformers.parallel_core.training_graph.transformer.transformer_layer import TransformerLayer
     from mindformers.parallel_core.utils.spec_utils import ModuleSpec, build_module
 
@@ -73,10 +73,12 @@ def _classes():
         """MindFormers' TransformerLayer plus DSSN's post-attention and post-MLP norms:
         out = h' + PostNorm_mlp(MLP(PreNorm(h'))), h' = h + PostNorm_attn(ATTN(InNorm(h)))."""
 
-        def __init__(self, config, submodules, layer_number=1, hidden_dropout=None, post_norm_scales=(1.0, 1.0)):
+        def __init__(self, config, submodules, layer_number=1, hidden_dropout=None,
+                     post_norm_scales=(1.0, 1.0)):
             if config.multi_latent_attention or config.apply_residual_connection_post_layernorm:
-                raise ValueError("SandwichTransformerLayer: DSSN is built for the pre-norm residual layout "
-                                 "with standard attention (no MLA, no apply_residual_connection_post_layernorm)")
+                raise ValueError("SandwichTransformerLayer: DSSN is built for the pre-norm residual "
+                                 "layout with standard attention (no MLA, no "
+                                 "apply_residual_connection_post_layernorm)")
             super().__init__(config, submodules, layer_number=layer_number, hidden_dropout=hidden_dropout)
             self.post_self_attn_layernorm = self._post_norm(config, submodules, post_norm_scales[0])
             self.post_mlp_layernorm = self._post_norm(config, submodules, post_norm_scales[1])
@@ -125,8 +127,8 @@ def _classes():
     def sandwich_spec(spec, scales):
         """A layer spec (or block of them) with MindFormers' TransformerLayer swapped for ours."""
         if isinstance(spec, TransformerBlockSubmodules):
-            return TransformerBlockSubmodules(layer_specs=[sandwich_spec(s, scales) for s in spec.layer_specs],
-                                              layer_norm=spec.layer_norm)
+            return TransformerBlockSubmodules(
+                layer_specs=[sandwich_spec(s, scales) for s in spec.layer_specs], layer_norm=spec.layer_norm)
         return ModuleSpec(module=SandwichTransformerLayer, params={**spec.params, "post_norm_scales": scales},
                           submodules=spec.submodules)
 
@@ -163,7 +165,6 @@ def _classes():
         def __new__(cls, config, *args, **kwargs):
             return TrainingPanguUltraForCausalLM(config=config)
 
-    del ms
     return {
         "SandwichTransformerLayer": SandwichTransformerLayer,
         "TrainingPanguUltraForCausalLM": TrainingPanguUltraForCausalLM,
