@@ -83,6 +83,7 @@ def test_one_moe_layer_on_cpu_equals_the_numpy_top_k_reference(moe):
     assert counts.sum() == seq * batch * TOP_K and counts.max() > counts.mean()
 
 
+@pytest.mark.slow   # ~10 s: it compiles the whole model's forward
 def test_balance_loss_is_in_the_objective_and_the_count_is_the_planners(moe):
     import mindspore as ms
 
