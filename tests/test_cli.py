@@ -131,11 +131,14 @@ def test_sweep_definition_from_sweeps_dir(run_once):
     rows = list(csv.DictReader(open(sweep / "summary.csv")))
     assert len(rows) == 24
     assert {r["status"] for r in rows if "vpp=2" in r["label"]} == {"invalid"}
-    # model parallel goes to MindFormers' trainer: every planned row says so; what keeps a fitting row
-    # "plan only" is Pangu's sandwich norm, which MindFormers' training graph does not build
+    # model parallel goes to MindFormers' trainer: every planned row says so; Pangu's sandwich norm
+    # trains there (pretrain/model/sandwich.py), so micro-batch-1 rows are ok; what keeps a fitting
+    # micro-batch-2 row "plan only" is the document mask's per-row ends (micro_batch_size=2)
     assert {r["engine"] for r in rows if r["engine"]} == {"mindformers"}, rows
+    assert {r["status"] for r in rows if "micro_batch_size=1" in r["label"] and "vpp=1" in r["label"]} == {"ok"}
     plan_only = [r for r in rows if r["status"] == "plan only"]
-    assert plan_only and all("sandwich_norm" in r["reason"] and "tp(8)" not in r["reason"] for r in plan_only)
+    assert plan_only and all("micro_batch_size=2" in r["reason"] for r in plan_only)
+    assert not any("sandwich_norm" in r["reason"] for r in rows)
 
 
 def test_data_app_has_its_own_help(cli, tmp_path):

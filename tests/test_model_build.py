@@ -92,14 +92,17 @@ def test_shrunken_pangu_uses_tinyinit_everywhere(runtime, compose_many):
             assert p.asnumpy().std() == pytest.approx(std, rel=0.1), p.name
 
 
-def test_sandwich_norm_is_refused_for_training_but_exported(compose_many):
+def test_sandwich_norm_trains_on_the_llama_layout_only(compose_many):
     cfg = compose_many(["model=pangu_ultra_135b"] + SHRINK)
-    assert mfc.model_config(cfg)["sandwich_norm"] is True
-    with pytest.raises(PretrainConfigError, match="model.sandwich_norm=true"):
-        validate.check_trainable(cfg)
+    # built and trained in tests/test_model_sandwich.py
+    assert mfc.model_config(cfg)["architectures"] == ["PanguUltraForCausalLM"]
+    validate.check_trainable(cfg)
+    with pytest.raises(PretrainConfigError, match="model.sandwich_norm=true with model.arch=qwen3"):
+        validate.check_trainable(compose_many(["model=qwen3_8b", "model.sandwich_norm=true"] + SHRINK))
 
 
-def test_shrunken_moe_builds_on_cpu_with_the_planners_count_but_is_not_trained_there(runtime, compose_many):
+def test_shrunken_moe_builds_on_cpu_with_the_planners_count_and_trains_there(runtime, compose_many):
+    # trained in tests/test_model_moe_cpu.py (CPU experts: pretrain/model/cpu_compat.py)
     cfg = compose_many(
         [
             "model=qwen3_30b_a3b",
@@ -109,8 +112,7 @@ def test_shrunken_moe_builds_on_cpu_with_the_planners_count_but_is_not_trained_t
         ]
         + SHRINK
     )
-    with pytest.raises(PretrainConfigError, match="model.num_experts=4 on hardware.device=cpu"):
-        validate.check_trainable(cfg)
+    validate.check_trainable(cfg)
     builder.init_runtime(cfg)
     net = builder.build_from_block(mfc.model_config(cfg))
     assert type(net).__name__ == "TrainingQwen3MoeForCausalLM"

@@ -28,8 +28,12 @@ def test_replacements_are_installed_once_and_only_for_cpu(cpu_runtime, compose_m
     from mindformers.parallel_core.training_graph.base_models.gpt import gpt_layer_specs
     from mindformers.parallel_core.training_graph.transformer import norm
 
+    from mindformers.parallel_core.training_graph.base_models.gpt import moe_module_specs
+    from mindformers.parallel_core.training_graph.transformer.moe import router
+
     assert gpt_layer_specs.FlashAttention.__name__ == "CPUCoreAttention"
     assert norm.FusedRMSNorm is norm.RMSNorm
+    assert router.TopkExt.__name__ == "CPUTopk" and moe_module_specs.FFNGroupedGEMM.__name__ == "CPUDenseExperts"
     before = gpt_layer_specs.FlashAttention
     cpu_compat.apply()
     assert gpt_layer_specs.FlashAttention is before  # idempotent: no second layer of patches

@@ -402,14 +402,10 @@ def _mindformers(cfg) -> Iterator[str]:
     if m.arch == "llama" and m.tie_embeddings:
         yield ("model.tie_embeddings=true with model.arch=llama: MindFormers 1.9.0's class for that layout "
                "(TeleChat3ForCausalLM) never ties the head; set model.tie_embeddings=false or use arch=qwen3")
-    if m.sandwich_norm:
-        yield ("model.sandwich_norm=true: the mindformers 1.9.0 training graph (parallel_core.training_graph "
-               "TransformerLayer) has no post-attention/post-MLP norm, so it would train without DSSN; the "
-               "switch is exported to mindformers.yaml only; set model.sandwich_norm=false to train here")
-    if moe and hw.device == "cpu":
-        yield (f"model.num_experts={m.num_experts} on hardware.device=cpu: MindFormers' MoE layers use Ascend "
-               f"kernels (TopkExt, grouped matmul) with no CPU kernel; train MoE models on an ascend hardware "
-               f"option (mindformers.yaml export and planning work anywhere)")
+    if m.sandwich_norm and m.arch != "llama":
+        yield (f"model.sandwich_norm=true with model.arch={m.arch}: the depth-scaled sandwich-norm class "
+               f"(pretrain/model/sandwich.py, PanguUltraForCausalLM) extends MindFormers' TeleChat3 decoder, "
+               f"the arch=llama layout; set model.arch=llama or model.sandwich_norm=false")
     if moe and float(cfg.train.z_loss) > 0:
         yield (f"train.z_loss={cfg.train.z_loss} with model.num_experts={m.num_experts}: z-loss is computed "
                f"from the model's logits, a path without MindFormers' MoE balance loss; set train.z_loss=0")

@@ -26,10 +26,12 @@ from pretrain.engine import phases as engine_phases
 
 def register_all() -> None:
     from pretrain.engine import callbacks, dataset, lr
+    from pretrain.model import sandwich
 
     lr.register()
     dataset.register()
     callbacks.register()
+    sandwich.register()   # the DSSN model class that mindformers_<phase>.yaml names for sandwich_norm
 
 
 def newest_checkpoint_step(ckpt_dir: Path) -> int:

@@ -81,6 +81,10 @@ def build_model(cfg: DictConfig, pad_token_id: int = 0) -> Any:
     init_runtime(cfg)
     block = mindformers_config.model_config(cfg, pad_token_id=pad_token_id)
     net = build_from_block(block, parallel_default_args(cfg))
+    if not mindformers_config.is_semi_auto(cfg):   # our loop's data parallel: each rank sees its own tokens
+        from pretrain.model import moe_load
+
+        moe_load.localize_routers(net)
     net.set_train(True)
     return net
 
@@ -105,6 +109,10 @@ def parallel_default_args(cfg: DictConfig) -> Optional[Dict[str, Any]]:
 def build_from_block(block: Dict[str, Any], default_args: Optional[Dict[str, Any]] = None) -> Any:
     from mindformers.models.build_model import build_network
     from mindformers.tools.register import MindFormerConfig
+
+    from pretrain.model import sandwich
+
+    sandwich.register()   # the block may name our DSSN class (mindformers_config.model_class)
 
     # The config converter prints a table of every converted key; keep it in the log dir, off stdout.
     log_dir = Path(os.environ.get("LOCAL_DEFAULT_PATH", "./output"))

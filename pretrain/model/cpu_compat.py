@@ -1,6 +1,6 @@
 """Every CPU replacement for the MindFormers Mcore training graph, in one place (DESIGN §5).
 
-mindformers 1.9.0's `parallel_core.training_graph` is written for Ascend. On CPU it needs six
+mindformers 1.9.0's `parallel_core.training_graph` is written for Ascend. On CPU it needs eight
 runtime replacements, applied by `apply()` only when hardware.device == cpu, before the model is
 built; Ascend runs never call this and keep MindFormers' fused kernels and flash attention:
 
@@ -23,6 +23,17 @@ built; Ascend runs never call this and keep MindFormers' fused kernels and flash
    that is not GPU or Ascend 910B (CPU included) as Ascend 910A and compiles NPUGetFloatStatusV2
    (mindspore/nn/wrap/loss_scale.py, _get_ascend_overflow_status_on_saturation_mode): no CPU
    kernel -> "any gradient non-finite" from all_finite, summed over the data-parallel group.
+7. MoE routing: the router's top-k (`TopkExt`, parallel_core/training_graph/transformer/moe/router.py)
+   has no CPU kernel -> mindspore.ops.topk (same values and indices, sorted, largest first).
+8. MoE experts: `FFNGroupedGEMM` (moe/ffn.py) runs the alltoall token dispatcher (MoeTokenPermute /
+   MoeTokenUnpermute) and GroupedMatmul + Swiglu inside a Morph op, all Ascend kernels ->
+   `dense_experts`: every local expert on every token, each token's output the sum of its top-k
+   experts' outputs weighted by the router's coefficients, the same function as the dropless
+   grouped GEMM (MindFormers 1.9.0 has no capacity on this path: no token is dropped); the same
+   weights [E·h, 2F] and [E·F, h] in the same layout (fc1's first F columns are the gate, as Swiglu
+   splits them). It costs E/k times the routed FLOPs: a CPU proof's few experts, not a fast path.
+   It also writes the step's tokens per expert into a non-trainable `expert_tokens` buffer of the
+   experts cell, the per-step expert load the training loop logs (pretrain/model/moe_load.py).
 
 The module refuses to patch a mindformers version it was not written for: the private names it
 rebinds may have moved, and a silent half-patch would fail later with an unreadable graph error.
@@ -66,6 +77,11 @@ def apply() -> None:
     norm.FusedRMSNorm = norm.RMSNorm
     from mindspore.nn.wrap.loss_scale import TrainOneStepWithLossScaleCell
     TrainOneStepWithLossScaleCell.get_overflow_status = cpu["overflow_status"]
+    from mindformers.parallel_core.training_graph.base_models.gpt import moe_module_specs
+    from mindformers.parallel_core.training_graph.transformer.moe import router
+
+    router.TopkExt = cpu["CPUTopk"]
+    moe_module_specs.FFNGroupedGEMM = cpu["CPUDenseExperts"]
     _applied = True
 
 
@@ -123,6 +139,46 @@ def _replacements():
         out = ops.gather(weight, ops.reshape(input_, (batch * seq,)), 0)
         return ops.reshape(out, (batch, seq, weight.shape[1]))
 
+    class CPUTopk(_NoShard):
+        def recompute(self, *args, **kwargs):   # the router calls the primitive's recompute(False)
+            return self
+
+        def construct(self, x, k, dim=-1, largest=True, sorted=True):
+            return ops.topk(x, k, dim, largest, sorted)
+
+    import numpy as np
+    from mindspore import Parameter, Tensor
+    from mindformers.parallel_core.training_graph.transformer.moe.ffn import FFNGroupedGEMM
+
+    class CPUDenseExperts(FFNGroupedGEMM):
+        """FFNGroupedGEMM's weights and init; its construct without the Ascend dispatcher and GEMM."""
+
+        def __init__(self, config):
+            super().__init__(config)
+            # tokens routed to each expert (k per token), for the step's metrics
+            self.expert_tokens = Parameter(Tensor(np.zeros(self.num_local_experts, np.float32)),
+                                           name="expert_tokens", requires_grad=False,
+                                           parallel_optimizer=False)
+
+        def construct(self, tokens, probs, routing_map):
+            """tokens [dp, N, h], probs and routing_map [dp, N, k] -> [dp, N, h]: Σ_k probs·FFN_map(x)."""
+            shape, dtype = tokens.shape, tokens.dtype
+            hidden, ffn_size, experts = self.hidden_size, self.moe_ffn_hidden_size, self.num_local_experts
+            x = ops.cast(ops.reshape(tokens, (-1, hidden)), self.compute_dtype)
+            chosen = ops.one_hot(ops.reshape(routing_map, (x.shape[0], -1)), experts,
+                                 ops.ones((), ms_float32), ops.zeros((), ms_float32))   # [T, k, E]
+            coeff = ops.reshape(ops.cast(probs, ms_float32), (x.shape[0], -1))
+            gates = (chosen * ops.expand_dims(coeff, -1)).sum(1)                        # [T, E]
+            w1 = ops.reshape(ops.cast(self.weight1, self.compute_dtype), (experts, hidden, 2 * ffn_size))
+            w2 = ops.reshape(ops.cast(self.weight2, self.compute_dtype), (experts, ffn_size, hidden))
+            fc1 = ops.matmul(ops.broadcast_to(ops.expand_dims(x, 0), (experts, -1, -1)), w1)   # [E, T, 2F]
+            gate, up = ops.split(fc1, ffn_size, -1)
+            out = ops.matmul(ops.silu(gate) * up, w2)                                       # [E, T, h]
+            out = (out * ops.cast(ops.expand_dims(ops.transpose(gates, (1, 0)), -1), out.dtype)).sum(0)
+            # summed over the step's micro-batches; pretrain/model/moe_load.py zeroes it per step
+            out = ops.depend(out, ops.assign_add(self.expert_tokens, ops.stop_gradient(chosen.sum((0, 1)))))
+            return ops.cast(ops.reshape(out, shape), dtype)
+
     from mindspore.amp import all_finite
 
     def overflow_status(self, status, compute_output):
@@ -137,4 +193,6 @@ def _replacements():
         "CPUCoreAttention": CPUCoreAttention,
         "repeat_kv_sbnd": repeat_kv_sbnd,
         "gather_embedding": gather_embedding,
+        "CPUTopk": CPUTopk,
+        "CPUDenseExperts": CPUDenseExperts,
     }

@@ -9,6 +9,8 @@ optimizer, lr_schedule, runner_config, runner_wrapper, train_dataset, recompute_
 Which registered MindFormers 1.9.0 class trains which of our architectures:
 - arch=qwen3 -> Qwen3ForCausalLM (TrainingQwen3ForCausalLM: QK-norm hard-wired on; ties the head
   when tie_word_embeddings), or Qwen3MoeForCausalLM when model.num_experts > 0.
+- sandwich_norm -> PanguUltraForCausalLM (ours, pretrain/model/sandwich.py): TeleChat3's model with
+  Pangu Ultra's depth-scaled sandwich-norm layers (arch=llama only: validate.py).
 - arch=llama -> TeleChat3ForCausalLM: MindFormers' generic dense Mcore decoder (RMSNorm, RoPE, GQA,
   SwiGLU, no biases) whose qk_layernorm follows the config, so with qk_layernorm=False it is the
   Llama layout; it also builds MoE layers from num_experts. It never ties the head.
@@ -23,6 +25,8 @@ from pretrain.config.attention import document_attention
 from pretrain.config.layout import ParallelLayout
 from pretrain.config.lr_levels import end_lr
 
+MOE_AUX_LOSS_COEFF = 0.001   # Qwen3-MoE's router_aux_loss_coef (Hugging Face config)
+SANDWICH_ARCHITECTURE = "PanguUltraForCausalLM"   # pretrain/model/sandwich.py registers it
 # (model_type, architecture) per (arch, moe)
 _CLASSES = {
     ("llama", False): ("telechat3", "TeleChat3ForCausalLM"),
@@ -55,7 +59,11 @@ def init_std(model: Any) -> float:
 
 def model_class(model: Any) -> tuple:
     """(model_type, architecture) of the registered MindFormers class that trains `model` (the
-    combinations it cannot train are refused by pretrain/config/validate.py)."""
+    combinations it cannot train are refused by pretrain/config/validate.py). With sandwich_norm it
+    is our PanguUltraForCausalLM (pretrain/model/sandwich.py): TeleChat3's config and decoder with
+    DSSN layers, registered with MindFormers by pretrain.model.sandwich.register()."""
+    if model.sandwich_norm:
+        return ("telechat3", SANDWICH_ARCHITECTURE)
     return _CLASSES[(str(model.arch), int(model.num_experts or 0) > 0)]
 
 
@@ -123,8 +131,6 @@ def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
         block["param_init_std_rules"] = [
             {"target": r".*\.(linear_proj|linear_fc2)\.weight", "init_method_std": std}
         ]
-    if m.sandwich_norm:
-        block["sandwich_norm"] = True
     if int(m.num_experts or 0) > 0:
         block.update(
             {
@@ -135,6 +141,9 @@ def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
                 "norm_topk_prob": True,  # top-k gate weights renormalised to sum to 1 (Qwen3-MoE)
                 "routed_scaling_factor": 1.0,
                 "router_dense_type": "float32",
+                # the load-balancing loss in the objective: Qwen3-MoE's router_aux_loss_coef (0.001),
+                # a key MindFormers' Qwen3-MoE config marks unused; its own key is this one (default 0)
+                "moe_aux_loss_coeff": MOE_AUX_LOSS_COEFF,
             }
         )
         if int(m.num_shared_experts or 0) > 0:
@@ -142,6 +151,10 @@ def model_config(cfg: DictConfig, pad_token_id: int = 0) -> Dict[str, Any]:
             block["moe_shared_expert_intermediate_size"] = int(m.num_shared_experts) * int(
                 m.moe_ffn_hidden_size or m.ffn_hidden_size
             )
+    if m.sandwich_norm:
+        # MindFormers' own switch (its inference specs read it); the training graph gets DSSN from
+        # the architecture (model_class), so both of MindFormers' graphs agree on the model
+        block["sandwich_norm"] = True
     block.update(model_parallel_keys(cfg))
     return block
 

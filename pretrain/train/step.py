@@ -34,7 +34,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.amp import DynamicLossScaler
 
-from pretrain.model import mindformers_config
+from pretrain.model import mindformers_config, moe_load
 from pretrain.train.inputs import model_arrays
 
 _hyper_map = ops.HyperMap()
@@ -270,21 +270,27 @@ class TrainStep:
             for c in (self.update_cell, self.accumulate_cell):
                 c.accum, (c.accum_lm, c.accum_tokens) = accum, sums
         self.eval_cell = EvalCell(self.loss_cell, RankSum() if self.data_parallel > 1 else None)
+        self.expert_load = moe_load.ExpertLoad(net, self.data_parallel)   # empty for a dense model
 
     def step(self, micro_batches, lr: float) -> Dict[str, Any]:
         """One optimizer step over `micro_batches` (a list of dicts of numpy arrays, len grad_accum).
         loss: the LM cross entropy of the step's whole global batch, token-weighted."""
         lr_t = Tensor(lr, ms.float32)
+        if self.expert_load:
+            self.expert_load.reset()
         for batch in micro_batches[:-1]:
             self.accumulate_cell(*self.inputs(batch), lr_t)
         lm, norm, finite, loss_scale, tokens = self.update_cell(*self.inputs(micro_batches[-1]), lr_t)
-        return {
+        out = {
             "loss": float(lm.asnumpy()),
             "grad_norm": float(norm.asnumpy()),
             "finite": bool(finite.asnumpy()),
             "loss_scale": float(loss_scale.asnumpy()),
             "tokens": float(tokens.asnumpy()),  # valid tokens of the global batch (NaN if poisoned)
         }
+        if self.expert_load:   # MoE on CPU: tokens per expert of this step (pretrain/model/moe_load.py)
+            out["moe"] = self.expert_load.metrics()
+        return out
 
     def evaluate_sums(self, batch) -> Tuple[float, float]:
         """(LM cross-entropy sum, valid tokens) of a validation batch over all ranks."""

@@ -160,6 +160,7 @@ class Trainer:
             "mfu": tokens_per_s / tp.devices * tp.flops_per_token / tp.peak_flops,
             "step_time_s": step_time,
             "host_mem_gb": host_memory_gb(),
+            **out.get("moe", {}),   # MoE: expert_load_max_over_mean, expert_tokens_dropped
         }
 
     def evaluate(self, plan: PhasePlan) -> float:
