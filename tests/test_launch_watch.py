@@ -11,7 +11,8 @@ import pytest
 from pretrain.config.errors import PretrainRunError
 from pretrain.io import write_atomic
 from pretrain.launch import measured
-from pretrain.launch.msrun import RankWatch, _alive, check_port_free, last_lines
+from pretrain.launch.msrun import RankWatch, check_port_free, last_lines
+from pretrain.launch.tree import alive as _alive
 
 TRACEBACK = """[WARNING] ME(1:1,MainProcess):2026-01-01 [mindspore/x.py:1] noisy warning
 2026-01-01 10:00:00,000 - mindformers/log[x.py:1] - WARNING - Import PyNativeX failed

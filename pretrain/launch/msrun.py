@@ -373,7 +373,7 @@ class RankWatch:
             # the first rank to fail: a rank that lost its peer fails right after it (in its next
             # collective), and msrun SIGKILLs every other worker within a second of a failure
             failed = self.deaths.first(r for r, e in exits.items() if e["exit"] != 0)
-            gone = [r for r, pid in pids.items() if r not in exits and not _alive(pid)]
+            gone = [r for r, pid in pids.items() if r not in exits and not tree.alive(pid)]
             for r in gone:   # found dead before its pidfd said so (or without one): now
                 self.deaths.ended.setdefault(r, time.monotonic())
             vanished = self.deaths.first(gone)
@@ -422,28 +422,13 @@ class RankWatch:
                 except ProcessLookupError:
                     pass
         deadline = time.time() + wait_s
-        while any(_alive(pid) for pid in pids) and time.time() < deadline:
+        while any(tree.alive(pid) for pid in pids) and time.time() < deadline:
             time.sleep(0.05)
 
     def message(self, rank: int, what: str) -> str:
         log = self.logs / f"worker_{rank}.log"
         return (f"rank {rank} of {self.world} {what}; the run resumes from its last checkpoint when relaunched "
                 f"with the same command. Last lines of {log}: " + " | ".join(last_lines(log)))
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie that msrun has not reaped yet counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-    except OSError:   # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
 
 
 def _kill(proc: subprocess.Popen, ranks: RankWatch, tag: Optional[str] = None) -> None:

@@ -18,12 +18,19 @@ def new_tag() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Running (a zombie that its parent has not reaped yet counts as dead)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+    except (FileNotFoundError, IndexError):
         return False
+    except OSError:   # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
 
 
 def tagged(tags: Iterable[str]) -> List[int]:
@@ -38,7 +45,7 @@ def tagged(tags: Iterable[str]) -> List[int]:
                 env = fh.read().split(b"\0")
         except OSError:
             continue
-        if wanted.intersection(env) and _alive(int(entry.name)):
+        if wanted.intersection(env) and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
