@@ -180,6 +180,7 @@ def test_output_does_not_depend_on_the_number_of_workers(corpus, tmp_path, monke
            [s["sha256"] for s in two.manifest["train"]["shards"]]
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_shards_are_byte_identical_to_mindrecords_own_writer(corpus, tmp_path, monkeypatch):
     from pretrain.data.shards import ShardWriter
     fast = prepare(data_cfg(tmp_path / "fast", {"books": corpus["books"]}), progress=False)["books"]
@@ -190,6 +191,7 @@ def test_shards_are_byte_identical_to_mindrecords_own_writer(corpus, tmp_path, m
                [(s["sha256"], s["index_sha256"]) for s in public.manifest[split]["shards"]]
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_given_tokenizer_is_used_and_missing_one_is_an_error(corpus, prepared, tmp_path):
     tok = prepared["web"].tokenizer_path
     cfg = data_cfg(tmp_path / "c", {"books": corpus["books"]},
@@ -299,6 +301,7 @@ def test_loader_errors_name_the_problem(prepared):
 
 # ---------------------------------------------------------------- CLI
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_cli_prepares_then_reuses_and_prints_a_summary(corpus, tmp_path):
     env = {**os.environ, "PRETRAIN_CACHE": str(tmp_path / "cache")}
     args = [sys.executable, "-m", "pretrain.data", "data=files",
@@ -344,6 +347,7 @@ def test_a_100_mb_single_line_document_is_split_and_prepared(tmp_path, prepared)
     assert m["train"]["tokens"] > 10_000_000
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_a_corpus_too_small_for_the_vocabulary_is_refused_not_shrunk(corpus, tmp_path):
     """sentencepiece stops early on a small corpus (hard_vocab_limit=false): the run must not go on
     with fewer pieces than model.vocab_size says, and no such tokenizer is cached."""

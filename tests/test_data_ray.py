@@ -95,6 +95,7 @@ def local(corpus, tmp_path_factory):
     return prepare(_cfg(tmp_path_factory.mktemp("local"), corpus, "local"), progress=False)["web"]
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_ray_and_local_write_byte_identical_shards_and_manifests(corpus, local, ray_tmp, tmp_path,
                                                                   monkeypatch):
     # One Ray worker dies in the middle of the read stage (os._exit in a task): Ray retries the

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.launch.msrun import _alive
+from pretrain.launch.tree import alive as _alive
 from pretrain.train.metrics import read_metrics
 from tests.conftest import SMALL_MODEL, free_port
 

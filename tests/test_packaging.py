@@ -26,6 +26,7 @@ def pip(*args, cwd):
     assert proc.returncode == 0, f"pip {' '.join(args)}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_non_editable_install_composes_plans_and_sweeps(tmp_path):
     if importlib.util.find_spec("hatchling") is None:
         pytest.fail('hatchling is missing: install the test extra, python -m pip install -e ".[test]"')

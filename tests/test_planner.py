@@ -246,6 +246,7 @@ def _options(group):
     return sorted(f.stem for f in (Path(config_dir()) / group).glob("*.yaml"))
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_plan_every_model_parallel_hardware_option():
     with composer() as run:
         base = run([])

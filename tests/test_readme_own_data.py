@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -41,6 +43,7 @@ def _corpus(root: Path) -> None:
                 fh.write(json.dumps({"content": path.read_text()}) + "\n")
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_own_data_commands_run_as_written(tmp_path):
     commands = _commands()
     assert [c[:3] for c in commands] == [["python", "-m", "pretrain.data"], ["python", "-m", "pretrain"]]

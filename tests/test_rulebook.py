@@ -99,6 +99,7 @@ def test_model_parallel_on_cpu_is_refused_naming_mindsporess_blocker(compose_man
                for ln in validate.problems(typo))
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_a_plan_that_does_not_fit_is_refused_with_three_fitting_layouts(cli, compose_many, tmp_path):
     proc = cli(*BIG, "run_dir=run")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -119,6 +120,7 @@ def test_a_plan_that_does_not_fit_is_refused_with_three_fitting_layouts(cli, com
     assert dry.returncode == 0 and memory in dry.stdout.replace("does not fit: ", "error: ")
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_ignore_memory_lets_a_trainable_layout_past_the_memory_rule(cli):
     args = ["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8", "parallel.zero_stage=0"]
     refused = cli(*args)

@@ -98,6 +98,7 @@ def masked_mean_ce(step, batch):
     return float((ce * mask).sum() / mask.sum()), ce.reshape(batch["labels"].shape)
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_accumulating_uneven_micro_batches_equals_one_big_batch_token_weighted(runtime, cfg):
     b = uneven(RandomTokens(4).batch(0))
     halves = [{k: v[:2] for k, v in b.items()}, {k: v[2:] for k, v in b.items()}]
