@@ -15,6 +15,7 @@ def test_a_probe_calibrates_the_plan_and_the_run_measures_beside_it(cli, tmp_pat
     common = [*SMALL_MODEL, "phase=general", "train.total_tokens=6144", "train.eval_every=0"]
     probe = cli(*common, "plan.calibrate=true", "dry_run=true", check=True)
     assert "step time measured on" in probe.stdout and "process:" in probe.stdout, probe.stdout[-2000:]
+    assert not (tmp_path / "output").exists()   # MindFormers' logs of the probe stay beside the calibration
     points = json.loads((tmp_path / "cache" / "calibration" / "cpu.json").read_text())
     assert [p["shape"].rsplit("-", 1)[-1] for p in points] == ["probe1", "probe2"]
     assert points[1]["flops"] == 2 * points[0]["flops"] and all(p["step_s"] > 0 for p in points)

@@ -38,7 +38,8 @@ def probe(cfg: Any) -> List[calibration.Point]:
             f"(every run does), e.g. add train.total_tokens=<a few steps' tokens>")
     from pretrain.model import builder
 
-    builder.prepare_environment(None)   # before MindSpore loads (it reads GLOG_v then)
+    # before MindSpore loads (it reads GLOG_v then); MindFormers' logs beside the calibration, not in ./output
+    builder.prepare_environment(str(calibration.path_for(str(cfg.data.cache_dir), "probe").parent))
     from pretrain.train.step import TrainStep, train_step_args
 
     net = builder.build_model(cfg, pad_token_id=-1)
