@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from pretrain.rundir import MARKER
 from pretrain.train.metrics import read_metrics
 from tests.conftest import SMALL_MODEL, free_port
 
@@ -211,6 +212,7 @@ def test_a_dp2_run_resumed_by_hand_on_one_process_follows_the_same_rule(cli, ela
     run = cli.cwd / "by_hand"
     (run / "checkpoints").mkdir(parents=True)
     shutil.copytree(elastic["run"] / "checkpoints" / f"step_{s:08d}", run / "checkpoints" / f"step_{s:08d}")
+    (run / MARKER).touch()   # a directory of copied checkpoints is claimed as the refusal says (rundir.py)
     out = cli.finish(cli.start(str(run), "parallel=single", "hardware=cpu", "parallel.micro_batch_size=4"))
     assert "parallel.dp 2 -> 1" in out   # the config change is allowed and said
     (change,) = [e for e in events(run, "config_change") if e["key"] == "parallel.dp"]
