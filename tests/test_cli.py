@@ -98,6 +98,7 @@ def test_user_config_dir_adds_options_without_touching_the_package(cli, tmp_path
     assert "num_layers: 96" in searched.stdout
 
 
+@pytest.mark.slow   # reads README's sweep (test_readme.py SLOW_COMMANDS): the slow run
 def test_layout_sweep_writes_every_row_and_exits_0(run_once):
     # README's sweep, run once for this test and test_readme.py
     proc, cwd = run_once("-m", "pretrain", "-m", "model=llama3_70b", "hardware=ascend910b_8x8",
@@ -123,6 +124,7 @@ def test_layout_sweep_writes_every_row_and_exits_0(run_once):
     assert (sweep / "summary.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow   # reads README's sweep (test_readme.py SLOW_COMMANDS): the slow run
 def test_sweep_definition_from_sweeps_dir(run_once):
     # README's sweep, run once for this test and test_readme.py
     proc, cwd = run_once("-m", "pretrain", "--config-name", "pangu_ultra_135b_1024", timeout=300)

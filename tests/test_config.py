@@ -27,8 +27,7 @@ def test_every_option_composes_with_the_defaults(compose_many, group, option):
         assert "\n" not in line and len(line) < 400
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=[] if m == "tiny" else [pytest.mark.slow])
-                                   for m in options("model")])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow]) for m in options("model")])
 def test_every_parallel_hardware_combination_validates_or_explains(compose_many, model):
     """Every layout on every hardware, per model (tiny in the default suite, the other models in the
     slow one): valid and plannable, or every problem one clear line; and every one a dry run calls

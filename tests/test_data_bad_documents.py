@@ -78,6 +78,7 @@ def test_a_real_binary_file_is_still_dropped_whole(tmp_path):
         assert [i.reason for i in read_documents([tmp_path / f], "text", 10_000)] == ["binary"]
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_cli_prepares_a_source_with_a_surrogate_and_a_nul_line(tmp_path):
     texts = paragraphs()[:100]
     src = tmp_path / "src"

@@ -78,6 +78,7 @@ def _check_cluster_run(lines, data_args):
     assert lines.index(data) < min(lines.index(s) for s in stopped)
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 @pytest.mark.parametrize("data_exit", [0, 3])
 def test_the_data_step_runs_on_a_ray_cluster_across_the_allocation(slurm, data_exit):
     script = Path(__file__).parents[1] / "launchers" / "ray_slurm.sbatch"
@@ -87,6 +88,7 @@ def test_the_data_step_runs_on_a_ray_cluster_across_the_allocation(slurm, data_e
     assert "ray cluster stopped (3 nodes)" in proc.stdout
 
 
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_node_scripts_submit_the_data_step_with_the_runs_own_overrides(cli, tmp_path, slurm):
     cli(*BIG, "data.engine=local", "data.workers=3", check=True)
     launch = tmp_path / RUN / "launch"

@@ -83,8 +83,15 @@ def how_to_run(command):
     return ("-m", module, *args), None
 
 
+# README's commands that take 10-20 s each (the data step over the sample corpus, the sweeps): run by
+# CI's slow run, with the test_cli.py tests that read the same runs (run_once), to keep the default
+# suite within its 5 minutes.
+SLOW_COMMANDS = ("python -m pretrain.data", "python -m pretrain --config-name", "python -m pretrain -m ")
+
+
 def _case(command):
-    return pytest.param(command, id=command[len("python -m "):] or command)
+    marks = [pytest.mark.slow] if command.startswith(SLOW_COMMANDS) else []
+    return pytest.param(command, id=command[len("python -m "):] or command, marks=marks)
 
 
 def test_the_parse_finds_the_set_up_usage_and_help_commands():
