@@ -332,8 +332,8 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
 
     peak_tflops = float(_get(hw, "peak_tflops", 0.0))
     tokens_per_step = float(_get(train, "global_batch_size", 0)) * shape.seq
-    recompute_factor = 4.0 / 3.0 if lay.recompute == "full" else 1.0    # one extra forward: HFU, not MFU
-    flops_per_step = device_flops_per_step(cfg)
+    recompute_factor = _recompute_factor(lay)
+    flops_per_step = _device_flops(cfg, shape, lay)
     if calibration is not None:
         compute_s = calibration.step_s(flops_per_step)
     else:
@@ -368,12 +368,18 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
 
 
 def device_flops_per_step(cfg: Any) -> float:
-    """FLOPs one device computes per optimizer step: its share of the global batch's tokens x F2, with
-    the recomputed forward of recompute=full (what a calibration point's step time is fitted to)."""
-    lay = _layout(cfg)
-    tokens_per_step = float(_get(cfg.train, "global_batch_size", 0)) * model_shape(cfg.model).seq
-    recompute_factor = 4.0 / 3.0 if lay.recompute == "full" else 1.0
-    return tokens_per_step / lay.devices * flops_per_token(model_shape(cfg.model)) * recompute_factor
+    """FLOPs one device computes per optimizer step (what a calibration point's step time is fitted to)."""
+    return _device_flops(cfg, model_shape(cfg.model), _layout(cfg))
+
+
+def _recompute_factor(lay: Layout) -> float:
+    return 4.0 / 3.0 if lay.recompute == "full" else 1.0    # one extra forward: HFU, not MFU
+
+
+def _device_flops(cfg: Any, shape: ModelShape, lay: Layout) -> float:
+    """Its share of the global batch's tokens x F2, with the recomputed forward of recompute=full."""
+    tokens_per_step = float(_get(cfg.train, "global_batch_size", 0)) * shape.seq
+    return tokens_per_step / lay.devices * flops_per_token(shape) * _recompute_factor(lay)
 
 
 def _engine_of(cfg: Any) -> str:
