@@ -59,7 +59,9 @@ if [[ "$f_node" == "$NODE_RANK" && ( "$f_times" == all || $starts -le ${f_times:
   finish "$f_exit"
 fi
 if [[ -n "${TRAIN_UNTIL_STOPPED:-}" ]]; then
-  trap 'echo "ranks of node $NODE_RANK checkpointed" >> "$RECORD"; finish 0' TERM
+  # this node's ranks share one pid here, so msrun_node.sh's TERM per rank arrives once per rank:
+  # a real rank checkpoints once, so the stand-in records the first only
+  trap '[[ -n "${stopped:-}" ]] || { stopped=1; echo "ranks of node $NODE_RANK checkpointed" >> "$RECORD"; finish 0; }' TERM
   while true; do sleep 0.05; done
 fi
 finish 0
