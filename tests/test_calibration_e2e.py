@@ -28,6 +28,7 @@ def test_a_probe_calibrates_the_plan_and_the_run_measures_beside_it(cli, tmp_pat
     assert phase["planned"]["source"].startswith("measured on")
     assert phase["measured"]["steps_timed"] == phase["steps"] - 1   # all but the compiling first step
     assert phase["measured"]["step_s"] > 0 and phase["measured"]["memory_gb"] > 0.5   # MindSpore's runtime
+    assert "comm_s" not in phase["measured"]   # one process: no all-reduce to time
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["calibration"] == phase["planned"]["source"] and plan["measured"]["general"] == phase["measured"]
     assert plan["step_s"] == pytest.approx(phase["planned"]["step_s"])

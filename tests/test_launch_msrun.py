@@ -121,7 +121,13 @@ def test_dp2_trains_identical_replicas_on_split_batches_stops_together_and_resum
     assert resumed["step"] == k and resumed["handoff"] is False
     assert [r["step"] for r in train_records(run)] == list(range(1, 29))
     assert_identical_replicas_on_their_own_shards(run, steps=28 - k, per_rank=4)   # both loaded it
-    assert json.loads((run / "summary.json").read_text())["global_step"] == 28 and "trained" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["global_step"] == 28 and "trained" in out
+    # the gradient all-reduce timed on both ranks after training, beside the plan's communication
+    (phase,) = summary["phases"]
+    assert 0 < phase["measured"]["comm_s"] < phase["measured"]["step_s"]
+    assert phase["measured"]["comm_share"] == pytest.approx(phase["measured"]["comm_s"] / phase["measured"]["step_s"])
+    assert "all-reduce s" in out and phase["planned"]["comm_s"] >= 0
 
 
 def test_a_killed_worker_fails_the_launch_with_its_rank_and_a_restart_resumes(pretrain, tmp_path):

@@ -267,8 +267,9 @@ def _comm(shape: ModelShape, lay: Layout, hw: Any, explicit: Optional[List[int]]
             {"dp": dp, "tp": tp, "pp": pp, "ep": ep}.items()}
     # Overlap assumption: the gradient reduce runs in buckets during the backward of the step's last
     # micro-batch (2/3 of its compute) and only the rest is exposed; TP, EP and PP transfers sit on
-    # the critical path of every layer / stage boundary and are counted in full.
-    hidden_window = compute_s / m * 2.0 / 3.0
+    # the critical path of every layer / stage boundary and are counted in full. On CPU MindSpore
+    # runs the reducer after the backward pass: nothing is hidden.
+    hidden_window = 0.0 if str(_get(hw, "device")) == "cpu" else compute_s / m * 2.0 / 3.0
     exposed = secs["tp"] + secs["ep"] + secs["pp"] + max(0.0, secs["dp"] - hidden_window)
     return Comm(dp / GB, tp / GB, pp / GB, ep / GB, secs["dp"], secs["tp"], secs["pp"], secs["ep"],
                 exposed, crosses)

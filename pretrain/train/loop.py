@@ -80,6 +80,8 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
             # every rank of the job agrees on a stop, so all of them stop after the same step
             trainer.stop, trainer.watchdog = ranks.agreed_stop(stop), dog
             results = train(trainer, plans)
+            if results and not trainer.stopped:   # every rank agrees on both: the collective runs on all
+                measure.note_allreduce(results, trainer.step.allreduce_s())
     finally:
         metrics.close()
         checkpoints.close()

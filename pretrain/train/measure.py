@@ -28,6 +28,17 @@ class PhaseMeter:
                 "steps_timed": len(self.step_times)}
 
 
+def note_allreduce(results: List[Dict[str, Any]], allreduce_s: Optional[float]) -> None:
+    """Each phase's measured gradient all-reduce (timed once after training: the phases share one
+    shape) and its share of the measured step; nothing with one data-parallel rank."""
+    if allreduce_s is None:
+        return
+    for r in results:
+        m = r["measured"]
+        m["comm_s"] = allreduce_s
+        m["comm_share"] = allreduce_s / m["step_s"] if m.get("step_s") else None
+
+
 def planned(plan: Any) -> Dict[str, Any]:
     """The plan's figures that a run measures too (per device; memory with the measured fixed part)."""
     return {"step_s": plan.step_s, "tokens_per_s": plan.tokens_per_s, "memory_gb": plan.process_gb,

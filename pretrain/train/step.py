@@ -26,6 +26,8 @@ actual_seq_len (Ascend's compressed EOD mask); every cell takes (…, position_i
 model only what its mode uses.
 """
 
+import statistics
+import time
 from functools import partial
 from typing import Any, Dict, Optional, Tuple
 
@@ -59,6 +61,18 @@ class RankSum(nn.Cell):
 
     def construct(self, x):
         return self.all_reduce(x)
+
+
+class GradSum(nn.Cell):
+    """The step's gradient all-reduce alone (the same reducer over the same parameters), timed after
+    training to give the measured communication share of a data-parallel step."""
+
+    def __init__(self, weights, degree: int):
+        super().__init__(auto_prefix=False)
+        self.reducer = nn.DistributedGradReducer(weights, mean=False, degree=degree)
+
+    def construct(self, grads):
+        return self.reducer(grads)
 
 
 class LossCell(nn.Cell):
@@ -291,6 +305,24 @@ class TrainStep:
         if self.expert_load:   # MoE on CPU: tokens per expert of this step (pretrain/model/moe_load.py)
             out["moe"] = self.expert_load.metrics()
         return out
+
+    def allreduce_s(self, repeats: int = 5) -> Optional[float]:
+        """Median seconds of the step's gradient all-reduce over the data-parallel ranks (None on one).
+        A collective: every rank calls it at the same point, after its compile. Within the step the
+        reduction runs after the backward pass (no overlap on CPU), so this is its exposed share."""
+        if self.data_parallel <= 1:
+            return None
+        weights = self.optimizer.parameters
+        cell = GradSum(weights, self.data_parallel)
+        grads = tuple(ops.zeros(p.shape, p.dtype) for p in weights)
+        cell(grads)   # compiles
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            out = cell(grads)
+            out[0].asnumpy()   # wait for it
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
 
     def evaluate_sums(self, batch) -> Tuple[float, float]:
         """(LM cross-entropy sum, valid tokens) of a validation batch over all ranks."""

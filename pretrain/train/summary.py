@@ -123,7 +123,8 @@ def note_measured(plan_json: Path, results: List[Dict[str, Any]]) -> None:
 
 
 _VERSUS = (("step_s", "step s", "{:.3f}"), ("tokens_per_s", "tokens/s", "{:,.0f}"),
-           ("memory_gb", "memory GB", "{:.2f}"), ("save_s", "save s", "{:.2f}"))
+           ("memory_gb", "memory GB", "{:.2f}"), ("save_s", "save s", "{:.2f}"),
+           ("comm_s", "all-reduce s", "{:.3f}"))
 
 
 def _versus(planned: Dict[str, Any], measured: Dict[str, Any], key: str, fmt: str) -> str:
