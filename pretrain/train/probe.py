@@ -2,8 +2,10 @@
 planning, and record it as this hardware option's calibration (pretrain/plan/calibration.py).
 
 One process, the real MindFormers model and our compiled step, fed random token rows of the composed
-shape: steps of one micro-batch and steps of two (accumulate + update), each after its compile, so
-the fit separates the step's fixed cost from its compute. Seconds to a minute on CPU, mostly the two
+sequence length: steps of one micro-batch of the composed size and of twice its rows, each after its
+compile and a warm-up step, so the fit separates the step's fixed cost from its compute. One update
+cell without accumulation buffers, as a run with one micro-batch per step has: a probe that
+accumulated timed the buffers' per-parameter passes too (the plan came out 30% slow). Seconds to a minute on CPU, mostly the two
 compiles. A data-parallel layout's step (two processes sharing the cores, the all-reduce) is not what
 one process measures: there the run records its own calibration (every run does).
 """
@@ -12,14 +14,15 @@ import time
 from typing import Any, List
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from pretrain.config.errors import PretrainConfigError
 from pretrain.config.layout import ParallelLayout
 from pretrain.plan import calibration
-from pretrain.plan.planner import flops_per_token, model_shape, plan
+from pretrain.plan.planner import device_flops_per_step, plan
 from pretrain.train.measure import peak_rss_gb
 
-TIMED_STEPS = 3
+TIMED_STEPS = 5
 
 
 def random_batch(rows: int, seq: int, vocab: int, rng: np.random.Generator) -> dict:
@@ -43,24 +46,32 @@ def probe(cfg: Any) -> List[calibration.Point]:
     from pretrain.train.step import TrainStep, train_step_args
 
     net = builder.build_model(cfg, pad_token_id=-1)
-    step = TrainStep(net, lr=0.0, **{**train_step_args(cfg), "grad_accum": 2})
+    step = TrainStep(net, lr=0.0, **{**train_step_args(cfg), "grad_accum": 1})
     mb, seq = int(cfg.parallel.micro_batch_size), int(cfg.model.seq_length)
     rng = np.random.default_rng(0)
-    per_micro = mb * seq * flops_per_token(model_shape(cfg.model))
-    planned_gb = plan(cfg).peak_gb
     points = []
     for micro in (1, 2):
-        batches = [random_batch(mb, seq, int(cfg.model.vocab_size), rng) for _ in range(micro)]
-        step.step(batches, 0.0)   # compiles
+        probed = one_micro_batch(cfg, micro * mb)   # what the planner computes for the shape timed
+        batches = [random_batch(micro * mb, seq, int(cfg.model.vocab_size), rng)]
+        for _ in range(2):   # compiles (a new input shape), then warms up
+            step.step(batches, 0.0)
         times = []
         for _ in range(TIMED_STEPS):
             started = time.perf_counter()
             step.step(batches, 0.0)
             times.append(time.perf_counter() - started)
         shape = f"{calibration.shape_key(cfg)}-probe{micro}"
-        points.append(calibration.new_point(shape, micro * per_micro, statistics.median(times),
+        points.append(calibration.new_point(shape, device_flops_per_step(probed), statistics.median(times),
                                             peak_rss_gb() if cfg.hardware.device == "cpu" else 0.0,
-                                            planned_gb))
+                                            plan(probed).peak_gb))
     for point in points:
         calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
     return points
+
+
+def one_micro_batch(cfg: Any, rows: int) -> Any:
+    """cfg with one micro-batch of `rows` rows per step (one process)."""
+    probed = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    probed.parallel.micro_batch_size = rows
+    probed.train.global_batch_size = rows
+    return probed
