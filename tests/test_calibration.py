@@ -6,7 +6,7 @@ import pytest
 
 from pretrain.plan import calibration
 from pretrain.plan.calibration import Point, fit
-from pretrain.plan.planner import device_flops_per_step, format_plan, plan
+from pretrain.plan.planner import device_flops_per_step, format_plan, memory_split_gb, plan
 from pretrain.train.summary import format_versus, note_measured
 
 
@@ -30,6 +30,25 @@ def test_one_size_or_a_negative_fixed_cost_keeps_the_rate_alone():
     assert fit("cpu", []) is None
 
 
+def test_points_of_two_activation_sizes_fit_the_runtime_and_the_graphs_multiple(compose_many):
+    # what a process held: 0.03 GB of model states, a 1.0 GB runtime, 12x each graph's activations
+    held = [Point(shape=f"s{x}", flops=1e9 * (1 + k), step_s=0.5 + 0.1 * k, rss_gb=0.03 + 1.0 + 12 * x,
+                  planned_gb=0.03 + x, host="h", date="2026-12-03", activations_gb=x)
+            for k, x in enumerate([0.03, 0.06, 0.09])]
+    cal = fit("cpu", held)
+    assert cal.fixed_gb == pytest.approx(1.0) and cal.activation_scale == pytest.approx(12.0)
+    # a run that accumulates compiles two graphs, each keeping its own multiple
+    one, two = compose_many(["train.global_batch_size=8"]), compose_many(["train.global_batch_size=16"])
+    for cfg, graphs in ((one, 1), (two, 2)):
+        planned = plan(cfg, cal)
+        acts = planned.peak.activations_gb + planned.peak.logits_gb
+        assert planned.process_gb == pytest.approx(planned.peak_gb - acts + 1.0 + 12 * acts * graphs)
+        states, grows = memory_split_gb(cfg, planned)
+        assert (states, grows) == pytest.approx((planned.peak_gb - acts, acts * graphs))
+    # points recorded before the split (no activations) leave the old rule: the median beyond the plan
+    assert fit("cpu", [point(1e9, 0.3), *held[:1]]).activation_scale == 1.0
+
+
 def test_a_later_point_of_the_same_shape_replaces_the_older(tmp_path):
     calibration.record(str(tmp_path), "cpu", point(1e9, 0.3, shape="a"))
     calibration.record(str(tmp_path), "cpu", point(2e9, 0.5, shape="b"))
@@ -46,11 +65,11 @@ def test_a_calibrated_plan_says_so_and_uses_the_fit(compose_many):
     assumed, measured = plan(cfg), plan(cfg, cal)
     assert measured.step_s == pytest.approx(0.8) and measured.tokens_per_s == pytest.approx(
         assumed.tokens_per_step / 0.8)
-    assert measured.process_gb == pytest.approx(4.2) and assumed.fixed_gb == 0.0
+    assert measured.process_gb == pytest.approx(4.2) and assumed.framework_gb == 0.0
     assert "measured on h, 2026-12-03" in format_plan(measured) and "assumed" not in format_plan(measured)
     assert "(assumed: train.efficiency=0.45" in format_plan(assumed)
     ascend = compose_many(["model=llama3_8b", "hardware=ascend910b_1x8", "parallel=dp8"])
-    assert plan(ascend, cal).fixed_gb == 0.0   # host memory says nothing of a device's
+    assert plan(ascend, cal).framework_gb == 0.0   # host memory says nothing of a device's
 
 
 def test_the_summary_sets_measured_beside_planned_and_plan_json_keeps_it(tmp_path):

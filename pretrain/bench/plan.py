@@ -78,7 +78,7 @@ def main(argv):
             plan = json.loads((run / "plan.json").read_text())
             measured = json.loads((run / "summary.json").read_text())["measured"]
             rows.append({"hardware": hardware, "seq": seq, "batch": batch, "planned_step_s": plan["step_s"],
-                         "measured_step_s": measured["step_s"], "planned_gb": plan["peak_gb"] + plan["fixed_gb"],
+                         "measured_step_s": measured["step_s"], "planned_gb": plan["peak_gb"] + plan["framework_gb"],
                          "measured_gb": measured["memory_gb"], "wall_s": wall, "source": plan["calibration"]})
             print(_line(rows[-1]), flush=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))

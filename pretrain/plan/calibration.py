@@ -12,9 +12,13 @@ else all of the hardware's.
 The step-time model fitted over those points is `step_s = overhead_s + flops / flops_per_s`:
 a fixed cost per step (kernel launches, the optimizer's per-parameter passes, the all-reduce's
 latency) plus compute at the rate this device really achieves. One point (or points of a single
-size) fixes the rate alone (overhead 0); two sizes or more fit both by least squares. The fixed
-memory is what the process holds beyond the planned model states and activations (on CPU:
-MindSpore's runtime and compiled graphs, ~4 GB here), the median over the points.
+size) fixes the rate alone (overhead 0); two sizes or more fit both by least squares. The memory
+model is `rss = model states + fixed_gb + activation_scale x activations`: on CPU MindSpore's
+runtime (~1 GB here) plus what its compiled graphs keep of each micro-batch, an unfused multiple
+(~12-15x here) of the planned activations and logits (Korthikanti's count for fused kernels), once
+per training graph the process compiled (the update cell, and the accumulate cell under gradient
+accumulation). Points of two activation sizes fit both by least squares; otherwise the scale is 1
+and the fixed part is the median of what the points held beyond the plan.
 
 Reading and writing the file is this module's only I/O; the planner itself stays pure (it gets a
 `Calibration` or None).
@@ -25,7 +29,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from pretrain.io import write_atomic
 
@@ -42,6 +46,7 @@ class Point:
     planned_gb: float     # the planner's peak memory for that config (model states + activations)
     host: str
     date: str
+    activations_gb: float = 0.0   # of planned_gb: the activations and logits of the graphs it compiled
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,15 @@ class Calibration:
     points: int
     host: str             # of the newest point
     date: str
+    activation_scale: float = 1.0
 
     def step_s(self, flops: float) -> float:
         return self.overhead_s + flops / self.flops_per_s
+
+    def beyond_plan_gb(self, activations_gb: float, graphs: int) -> float:
+        """What a process holds beyond the plan's peak (states + one micro-batch's activations once):
+        the fixed part plus the graphs' multiple of the activations."""
+        return self.fixed_gb + (self.activation_scale * graphs - 1.0) * activations_gb
 
     @property
     def source(self) -> str:
@@ -81,9 +92,11 @@ def record(cache_dir: str, hardware: str, point: Point) -> None:
     write_atomic(target, json.dumps([asdict(p) for p in points[-MAX_POINTS:]], indent=1))
 
 
-def new_point(shape: str, flops: float, step_s: float, rss_gb: float, planned_gb: float) -> Point:
+def new_point(shape: str, flops: float, step_s: float, rss_gb: float, planned_gb: float,
+              activations_gb: float) -> Point:
     return Point(shape=shape, flops=float(flops), step_s=float(step_s), rss_gb=float(rss_gb),
-                 planned_gb=float(planned_gb), host=socket.gethostname(), date=time.strftime("%Y-%m-%d"))
+                 planned_gb=float(planned_gb), host=socket.gethostname(), date=time.strftime("%Y-%m-%d"),
+                 activations_gb=float(activations_gb))
 
 
 def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
@@ -92,16 +105,28 @@ def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
     if not pts:
         return None
     overhead, per_flop = 0.0, sum(p.step_s for p in pts) / sum(p.flops for p in pts)
-    if len({round(p.flops, 3) for p in pts}) > 1:
-        mx = statistics.fmean(p.flops for p in pts)
-        my = statistics.fmean(p.step_s for p in pts)
-        slope = (sum((p.flops - mx) * (p.step_s - my) for p in pts)
-                 / sum((p.flops - mx) ** 2 for p in pts))
-        if slope > 0 and my - slope * mx >= 0:   # a negative overhead is noise: keep the rate alone
-            overhead, per_flop = my - slope * mx, slope
-    fixed = max(statistics.median(p.rss_gb - p.planned_gb for p in pts), 0.0)
+    line = _line([p.flops for p in pts], [p.step_s for p in pts])
+    if line:   # else one size, or a negative overhead (noise): keep the rate alone
+        overhead, per_flop = line
+    fixed, scale = max(statistics.median(p.rss_gb - p.planned_gb for p in pts), 0.0), 1.0
+    held = [p for p in pts if p.activations_gb > 0]   # points recorded before the split say nothing
+    line = _line([p.activations_gb for p in held], [p.rss_gb - (p.planned_gb - p.activations_gb) for p in held])
+    if line:
+        fixed, scale = line
     return Calibration(hardware=hardware, overhead_s=overhead, flops_per_s=1.0 / per_flop, fixed_gb=fixed,
-                       points=len(pts), host=pts[-1].host, date=pts[-1].date)
+                       points=len(pts), host=pts[-1].host, date=pts[-1].date, activation_scale=scale)
+
+
+def _line(xs: List[float], ys: List[float]) -> Optional[Tuple[float, float]]:
+    """(intercept, slope) of the least-squares line through the points, if they span two x values and
+    the line has a positive slope and a non-negative intercept; else None."""
+    if len({round(x, 6) for x in xs}) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    if slope <= 0 or my - slope * mx < 0:
+        return None
+    return my - slope * mx, slope
 
 
 def load(cfg: Any) -> Optional[Calibration]:

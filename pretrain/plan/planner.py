@@ -145,12 +145,13 @@ class Plan:
     warnings: Tuple[str, ...]
     engine: str = "pretrain"     # which engine trains it (pretrain.config.layout.ParallelLayout.engine)
     calibration: Optional[str] = None   # "measured on <host>, <date> ..." when a calibration set the step
-    fixed_gb: float = 0.0        # the framework's measured memory per process beyond peak_gb (CPU)
+    framework_gb: float = 0.0    # the framework's measured memory per process beyond peak_gb (CPU):
+                                 # its runtime and what its graphs keep beyond the planned activations
 
     @property
     def process_gb(self) -> float:
-        """What one device's process should hold: the peak stage plus the measured fixed memory."""
-        return self.peak_gb + self.fixed_gb
+        """What one device's process should hold: the peak stage plus the framework's measured part."""
+        return self.peak_gb + self.framework_gb
 
     @property
     def peak(self) -> StageMemory:
@@ -365,7 +366,28 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
                 hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
                 efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings),
                 engine=_engine_of(cfg), calibration=calibration.source if calibration else None,
-                fixed_gb=calibration.fixed_gb if calibration and str(_get(hw, "device")) == "cpu" else 0.0)
+                framework_gb=_framework_gb(calibration, peak, lay) if str(_get(hw, "device")) == "cpu" else 0.0)
+
+
+def _graphs(lay: Layout) -> int:
+    """Training graphs one process compiles: the update cell, and the accumulate-only cell when a
+    step accumulates micro-batches (on CPU each keeps its own intermediates)."""
+    return 2 if lay.micro_batches > 1 else 1
+
+
+def memory_split_gb(cfg: Any, plan_: "Plan") -> Tuple[float, float]:
+    """(model states, activations and logits once per compiled training graph) of the peak stage:
+    the part of a process's memory that stays and the part that grows with the micro-batch, as a
+    calibration point records them."""
+    peak = plan_.peak
+    acts = peak.activations_gb + peak.logits_gb
+    return peak.total_gb - acts, acts * _graphs(_layout(cfg))
+
+
+def _framework_gb(calibration: Optional[Calibration], peak: StageMemory, lay: Layout) -> float:
+    if calibration is None:
+        return 0.0
+    return calibration.beyond_plan_gb(peak.activations_gb + peak.logits_gb, _graphs(lay))
 
 
 def device_flops_per_step(cfg: Any) -> float:

@@ -34,9 +34,10 @@ def _memory(plan: Any) -> List[str]:
     rows.append(f"           peak {plan.peak_stage} stage {plan.peak_gb:.{digits}f} of "
                 f"{plan.capacity_gb:g} GB per device: {verdict}")
     rows.append(f"           note: {plan.naive_note}")
-    if plan.fixed_gb:
-        rows.append(f"           process: {plan.process_gb:.{digits}f} GB with the framework's fixed "
-                    f"{plan.fixed_gb:.{digits}f} GB ({plan.calibration})")
+    if plan.framework_gb:
+        rows.append(f"           process: {plan.process_gb:.{digits}f} GB with the framework's own "
+                    f"{plan.framework_gb:.{digits}f} GB (its runtime and what its graphs keep; "
+                    f"{plan.calibration})")
     return rows
 
 

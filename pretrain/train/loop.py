@@ -109,11 +109,12 @@ def plan_of(cfg: DictConfig) -> Any:
 def record_calibration(cfg: DictConfig, planned: Any, step_s: float) -> None:
     """A run's own calibration point: its step time after compile and peak memory for its shape."""
     from pretrain.plan import calibration
-    from pretrain.plan.planner import device_flops_per_step
+    from pretrain.plan.planner import device_flops_per_step, memory_split_gb
 
     cpu = str(cfg.hardware.device) == "cpu"
+    states, held = memory_split_gb(cfg, planned)
     point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(cfg), step_s,
-                                  measure.peak_rss_gb() if cpu else 0.0, planned.peak_gb)
+                                  measure.peak_rss_gb() if cpu else 0.0, states + held, held)
     calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
 
 

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from pretrain.config.errors import PretrainConfigError
 from pretrain.config.layout import ParallelLayout
 from pretrain.plan import calibration
-from pretrain.plan.planner import device_flops_per_step, plan
+from pretrain.plan.planner import device_flops_per_step, memory_split_gb, plan
 from pretrain.train.measure import peak_rss_gb
 
 TIMED_STEPS = 5
@@ -49,9 +49,11 @@ def probe(cfg: Any) -> List[calibration.Point]:
     step = TrainStep(net, lr=0.0, **{**train_step_args(cfg), "grad_accum": 1})
     mb, seq = int(cfg.parallel.micro_batch_size), int(cfg.model.seq_length)
     rng = np.random.default_rng(0)
-    points = []
+    points, held = [], 0.0
     for micro in (1, 2):
         probed = one_micro_batch(cfg, micro * mb)   # what the planner computes for the shape timed
+        states, graph = memory_split_gb(probed, plan(probed))
+        held += graph   # the process keeps each shape's compiled graph
         batches = [random_batch(micro * mb, seq, int(cfg.model.vocab_size), rng)]
         for _ in range(2):   # compiles (a new input shape), then warms up
             step.step(batches, 0.0)
@@ -63,7 +65,7 @@ def probe(cfg: Any) -> List[calibration.Point]:
         shape = f"{calibration.shape_key(cfg)}-probe{micro}"
         points.append(calibration.new_point(shape, device_flops_per_step(probed), statistics.median(times),
                                             peak_rss_gb() if cfg.hardware.device == "cpu" else 0.0,
-                                            plan(probed).peak_gb))
+                                            states + held, held))
     for point in points:
         calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
     return points
