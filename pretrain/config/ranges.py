@@ -1,7 +1,8 @@
 """The range of every count, size and rate in the schema, declared beside the key.
 
-A schema field says `hidden_size: int = between(1, 2**20)`; `problems(cfg)` walks the composed
-config against the dataclasses and returns one line per value outside its range. The cross-field
+A schema field says `hidden_size: int = between(1, 2**20)`; `problems_of(node, kind, prefix)` walks
+a config node against its dataclass and returns one line per value outside its range (validate.py
+walks the whole composed config with it). The cross-field
 rules in validate.py run only on a config whose values are in range, so they never divide by a
 zero head count or plan a model of -3.4 M parameters. Derived values (`derived()`) come from
 resolvers and are judged by the rule that explains them (e.g. the batch rule for grad_accum).
@@ -89,18 +90,4 @@ def _unwrap(kind: Any) -> Any:
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     return args[0] if typing.get_origin(kind) is typing.Union and len(args) == 1 else kind
 
-
-def problems(cfg: DictConfig) -> Iterator[str]:
-    """Every out-of-range value of a composed run config."""
-    from pretrain.config import schema
-    from pretrain.config.validate import phases
-    for key, kind in (("model", schema.ModelConfig), ("parallel", schema.ParallelConfig),
-                      ("hardware", schema.HardwareConfig), ("data", schema.DataConfig),
-                      ("train", schema.TrainConfig), ("plan", schema.PlanConfig),
-                      ("resilience", schema.ResilienceConfig)):
-        if key in cfg:
-            yield from problems_of(cfg[key], kind, key)
-    plist = phases(cfg)
-    for ph in plist:
-        yield from problems_of(ph, schema.PhaseConfig, "phase" if len(plist) == 1 else f"phase.{ph.name}")
 

@@ -21,7 +21,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.config import known_keys, paths, ranges
+from pretrain.config import known_keys, paths, ranges, schema
 from pretrain.config.attention import document_attention
 from pretrain.config.choices import BUILTIN_SOURCES, DATA_ENGINES, NORMALIZE_FORMS, PACKING_METHODS
 from pretrain.config.errors import PretrainConfigError
@@ -64,7 +64,7 @@ def problems(cfg: DictConfig) -> List[str]:
     """What is wrong with the config itself. Unknown keys, then values out of range, come alone: the
     cross-field rules assume a schema-shaped config of sane numbers (no zero head count to divide by)."""
     # keys the schema lacks (added with `+`) first: a stray phase.lr under phase=all is no phase
-    first = known_keys.unknown(cfg) or list(ranges.problems(cfg))
+    first = known_keys.unknown(cfg) or list(_ranges(cfg))
     if first:
         return first
     cfg = resolved(cfg)
@@ -80,7 +80,7 @@ def resolved(cfg: DictConfig) -> DictConfig:
 def layout_problems(cfg: DictConfig) -> List[str]:
     """The rules that a change of cfg.parallel alone can break: for trying other layouts on a config
     that passed problems()."""
-    return (list(ranges.problems_of(cfg.parallel, _schema().ParallelConfig, "parallel"))
+    return (list(ranges.problems_of(cfg.parallel, schema.ParallelConfig, "parallel"))
             or [*_layout(cfg), *_model(cfg), *_batch(cfg)])
 
 
@@ -104,14 +104,22 @@ def check_trainable(cfg: DictConfig) -> None:
 
 def check_data_config(d: DictConfig) -> None:
     """The data block alone (for `python -m pretrain.data`, which has no model to compare with)."""
-    found = list(ranges.problems_of(d, _schema().DataConfig, "data")) or [*_data_alone(d), *missing_files(d)]
+    found = list(ranges.problems_of(d, schema.DataConfig, "data")) or [*_data_alone(d), *missing_files(d)]
     if found:
         raise PretrainConfigError("\n".join(found))
 
 
-def _schema():
-    from pretrain.config import schema
-    return schema
+def _ranges(cfg: DictConfig) -> Iterator[str]:
+    """Every out-of-range value of a composed run config (the ranges beside the schema's keys)."""
+    for key, kind in (("model", schema.ModelConfig), ("parallel", schema.ParallelConfig),
+                      ("hardware", schema.HardwareConfig), ("data", schema.DataConfig),
+                      ("train", schema.TrainConfig), ("plan", schema.PlanConfig),
+                      ("resilience", schema.ResilienceConfig)):
+        if key in cfg:
+            yield from ranges.problems_of(cfg[key], kind, key)
+    plist = phases(cfg)
+    for ph in plist:
+        yield from ranges.problems_of(ph, schema.PhaseConfig, "phase" if len(plist) == 1 else f"phase.{ph.name}")
 
 
 # ---------------------------------------------------------------- the config itself

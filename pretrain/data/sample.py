@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Tuple
 
 from pretrain.data.hashing import file_sha256, stable_int
-from pretrain.data.sources import Doc
+from pretrain.data.documents import Doc
 
 BUILTINS = ("general", "reasoning", "anneal")
 # Characters per source: enough for the tiny model's ~600k-token curriculum without repeats,

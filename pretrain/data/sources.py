@@ -20,7 +20,6 @@ import stat
 import tempfile
 import zlib
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -28,6 +27,7 @@ import zstandard
 
 from pretrain.config import paths as config_paths
 from pretrain.config.errors import PretrainDataError
+from pretrain.data.documents import Doc, Drop, Item
 from pretrain.data.hashing import piece_key
 
 FORMATS = (".txt", ".jsonl", ".parquet")
@@ -36,22 +36,6 @@ _SNIFF = 1 << 16          # bytes looked at to tell a binary file from text
 _BLOCK = 1 << 20          # read size for streamed .txt files
 # What a broken, truncated or vanished file raises while being read.
 _READ_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
-
-
-@dataclass
-class Doc:
-    text: str
-    key: Optional[bytes] = None   # what decides the held-out split; None: the text itself
-    part: int = 0                 # > 0 for the 2nd, 3rd, ... piece of a document split for length
-
-
-@dataclass
-class Drop:
-    reason: str
-    count: int = 1
-
-
-Item = Union[Doc, Drop]
 
 
 def file_kind(path: Path) -> Optional[Tuple[str, str]]:

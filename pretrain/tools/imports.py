@@ -1,4 +1,5 @@
-"""`python -m pretrain.tools.imports`: the import graph between pretrain's subpackages.
+"""`python -m pretrain.tools.imports`: the import graph between pretrain's subpackages, and the
+import circles between its modules.
 
 Read from the source (ast), so it counts the lazy imports inside functions too, and imports
 nothing it reads. A module's layer is its subpackage (pretrain/data/... -> data) or, for a
@@ -21,7 +22,7 @@ import ast
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, Iterator, Set, Tuple
+from typing import Dict, Iterator, List, Set, Tuple
 
 PACKAGE = Path(__file__).resolve().parents[1]
 LAYERS: Dict[str, int] = {
@@ -86,6 +87,42 @@ def graph(package: Path = PACKAGE) -> Dict[str, Dict[str, Set[str]]]:
     return edges
 
 
+def circles(package: Path = PACKAGE) -> List[List[str]]:
+    """The import circles between modules (lazy imports included: a circle that only a function-level
+    import keeps from failing is still two modules that cannot be understood apart), each the
+    modules of one strongly connected component, sorted."""
+    known = {module for module, _ in modules(package)}
+    edges = {module: imports_of(module, path, known) & known - {module} for module, path in modules(package)}
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    found: List[List[str]] = []
+
+    def visit(node: str) -> None:   # Tarjan's algorithm; the graph is small, recursion is fine
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in edges[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
 def upward(package: Path = PACKAGE) -> Iterator[str]:
     """Each import that points up the layer order or sideways between layers of the same rank."""
     for a, targets in sorted(graph(package).items()):
@@ -113,7 +150,11 @@ def main(argv=None) -> int:
     print(f"{len(bad)} import(s) against the layer order" + (":" if bad else ""))
     for line in bad:
         print("  " + line)
-    return 1 if bad else 0
+    loops = circles()
+    print(f"{len(loops)} import circle(s) between modules" + (":" if loops else ""))
+    for loop in loops:
+        print("  " + " <-> ".join(loop))
+    return 1 if bad else 0   # circles are reported; tests/test_layers.py holds the line on them
 
 
 if __name__ == "__main__":
