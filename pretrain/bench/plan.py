@@ -11,7 +11,7 @@
    each run, so no measured config calibrates another). plan.json holds what its launch planned,
    summary.json what it measured (median step after compile, peak host memory of rank 0).
 3. A table: planned and measured step time and process memory per config, their ratio, and whether
-   the step is within 15%. Process wall time of each run is given too. Results go to OUT/results.json.
+   the step is within 15%; for dp2, the planned and measured gradient all-reduce ("ar"). Process wall time of each run is given too. Results go to OUT/results.json.
 
 The configs: single device and dp2, sequence 64 and 128, global batch 8 and 16, on a model between the
 tests' shrunken one and tiny (hidden 128, 4 layers), so a step is compute, not only overhead.
@@ -76,10 +76,12 @@ def main(argv):
             shutil.rmtree(run, ignore_errors=True)
             wall = _run([*_config(hardware, seq, batch, steps, extra), f"run_dir={run}"], env, out)
             plan = json.loads((run / "plan.json").read_text())
-            measured = json.loads((run / "summary.json").read_text())["measured"]
+            summary = json.loads((run / "summary.json").read_text())
+            measured, phase = summary["measured"], summary["phases"][0]["measured"]
             rows.append({"hardware": hardware, "seq": seq, "batch": batch, "planned_step_s": plan["step_s"],
                          "measured_step_s": measured["step_s"], "planned_gb": plan["peak_gb"] + plan["framework_gb"],
-                         "measured_gb": measured["memory_gb"], "wall_s": wall, "source": plan["calibration"]})
+                         "measured_gb": measured["memory_gb"], "wall_s": wall, "source": plan["calibration"],
+                         "planned_comm_s": plan["comm"]["dp_s"], "measured_comm_s": phase.get("comm_s")})
             print(_line(rows[-1]), flush=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     print(_table(rows))
@@ -89,12 +91,13 @@ def _line(r):
     ratio = r["measured_step_s"] / r["planned_step_s"]
     return (f"{r['hardware']:<10}{r['seq']:>5}{r['batch']:>6}{r['planned_step_s']:>10.3f}{r['measured_step_s']:>10.3f}"
             f"{ratio:>7.2f}{'yes' if abs(ratio - 1) <= TOLERANCE else 'NO':>6}{r['planned_gb']:>9.2f}"
-            f"{r['measured_gb']:>9.2f}{r['wall_s']:>8.0f}")
+            f"{r['measured_gb']:>9.2f}{r['wall_s']:>8.0f}"
+            + (f"{r['planned_comm_s']:>10.3f}{r['measured_comm_s']:>10.3f}" if r["measured_comm_s"] else ""))
 
 
 def _table(rows):
     head = (f"{'hardware':<10}{'seq':>5}{'batch':>6}{'plan s':>10}{'meas s':>10}{'ratio':>7}{'<15%':>6}"
-            f"{'plan GB':>9}{'meas GB':>9}{'wall s':>8}")
+            f"{'plan GB':>9}{'meas GB':>9}{'wall s':>8}{'plan ar s':>10}{'meas ar s':>10}")
     within = sum(abs(r["measured_step_s"] / r["planned_step_s"] - 1) <= TOLERANCE for r in rows)
     return "\n".join([head, *map(_line, rows), f"{within} of {len(rows)} within {TOLERANCE:.0%} "
                       f"(calibration: {rows[0]['source'] if rows else '-'})"])
