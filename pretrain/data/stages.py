@@ -50,6 +50,9 @@ SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is rea
 MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, so that there are
 READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
                            # depends on the input files only, never on the engine or worker count)
+COMPILED_MIN_BYTES = 16 << 20   # from this input size the read tasks use the compiled dedup kernels
+                                # (fasthash; the same values): below it numba's start-up in each worker
+                                # (~0.8 CPU-s) costs more than it saves (~0.1 CPU-s per MB)
 FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
                                   # kills the process once (it creates <marker> first)
 
@@ -58,7 +61,8 @@ counts: Dict[str, tuple] = {}
 # stage -> what its tasks cost, summed over the stage runs of this process since the caller last
 # cleared it (the benchmark): tasks run, their CPU seconds, the stage's wall seconds, and the bytes
 # they wrote into partition files that tasks of a later stage read from many tasks at once (the
-# shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard)
+# shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard), the
+# largest peak resident MB of a task's process and the most a task raised it above its start
 profile: Dict[str, Dict[str, float]] = {}
 SHUFFLED = ("exact-*.npz", "band-*.npz", "drop.npy", "edges.npy", "train-*.npz", "val-*.npz")
 
@@ -87,13 +91,41 @@ def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
     if (final / DONE).is_file():          # done already (a retried task whose first try finished)
         return json.loads((final / DONE).read_text())
     with building(final) as tmp:
+        rss0 = _reset_peak_rss()
         cpu = time.process_time()
         record = work(tmp)
         record["cpu_s"] = round(time.process_time() - cpu, 4)     # this task's own cost (profile)
+        record["rss_mb"] = [round(rss0, 1), round(_peak_rss(), 1)]  # at its start, its peak (profile)
         record["shuffle_bytes"] = sum(f.stat().st_size for g in SHUFFLED for f in tmp.glob(g))
         _maybe_fail(stage, final.name)
         write_json_atomic(tmp / DONE, record)
     return record
+
+
+def _reset_peak_rss() -> float:
+    """This process's resident MB now, with its peak reset to it (Linux's clear_refs "5"), so the
+    peak read after a task is that task's own, not the worker's since it started; 0 elsewhere."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_mb("VmRSS")
+    except OSError:
+        return 0.0
+
+
+def _peak_rss() -> float:
+    try:
+        return _status_mb("VmHWM")
+    except OSError:
+        return 0.0
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence,
@@ -125,11 +157,15 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
             cost["tasks"] += 1
             cost["cpu_s"] += r.get("cpu_s", 0.0)
             cost["shuffle_bytes"] += r.get("shuffle_bytes", 0)
+            start, peak = r.get("rss_mb", (0.0, 0.0))
+            cost["peak_rss_mb"] = max(cost["peak_rss_mb"], peak)
+            cost["task_rss_mb"] = max(cost["task_rss_mb"], peak - start)     # what the task added
     return records
 
 
 def _cost(stage: str) -> Dict[str, float]:
-    return profile.setdefault(stage, dict.fromkeys(("tasks", "cpu_s", "wall_s", "shuffle_bytes"), 0))
+    return profile.setdefault(stage, dict.fromkeys(("tasks", "cpu_s", "wall_s", "shuffle_bytes", "peak_rss_mb",
+                                                    "task_rss_mb"), 0))
 
 
 def sweep_work(work_root: Path) -> None:
@@ -177,6 +213,7 @@ class ReadTask:
     val_fraction: float
     byte_range: Optional[tuple] = None     # (start, stop) of the one .jsonl file: lines starting there
     lsh: Optional[dict] = None             # near dedup on: dedup.lsh_params (shape, permutations)
+    compiled: bool = False                 # words and MinHash by fasthash's kernels (same values)
 
 
 def read_split(t: ReadTask) -> Dict:
@@ -187,9 +224,13 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     from pretrain.data.clean import Cleaner
     from pretrain.data.dedup import MinHasher, band_keys
     from pretrain.data.docstore import DocStoreWriter
-    from pretrain.data.hashing import dedup_words, is_validation, words_digest
+    from pretrain.data.hashing import dedup_view, is_validation, words_digest
     from pretrain.data.sources import Drop, source_items
     clean, dedup = t.clean, t.dedup
+    if t.compiled:
+        from pretrain.data.fasthash import words_of
+    else:
+        words_of = dedup_view
     cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
     near = dedup["near"]
     hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
@@ -226,8 +267,8 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
             continue
         # The words digest is the exact-dedup identity and the held-out key of a document without
         # one of its own: skipped when neither needs it (dedup off, no held-out split).
-        words = dedup_words(text) if need_words or (need_digest and not item.key) else None
-        digest = words_digest(words) if words is not None else bytes(16)
+        words = words_of(text) if need_words or (need_digest and not item.key) else None
+        digest = words_digest(words.joined) if words is not None else bytes(16)
         writer.add(text, is_validation(item.key or digest, t.val_fraction))
         digests += digest
         chars.append(len(text))
@@ -235,7 +276,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         # before the near stage reads any band key: its signature is not computed.
         if hasher and not (dedup["exact"] and digest in earlier):
             signed.append(len(chars) - 1)
-            keys.append(band_keys(hasher.signature(words), bands, width))
+            keys.append(band_keys(hasher.signature_of(words, t.compiled), bands, width))
         if dedup["exact"]:
             earlier.add(digest)
     writer.close()
@@ -429,8 +470,9 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     check_settings(dedup)
     splits = _splits(src.files, src.builtin)
     lsh = lsh_params(dedup) if dedup["near"] else None
+    compiled = sum(f.stat().st_size for f in src.files if f.is_file()) >= COMPILED_MIN_BYTES
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
-                      float(cfg.val_fraction), r, lsh) for i, (f, b, r) in enumerate(splits)]
+                      float(cfg.val_fraction), r, lsh, compiled) for i, (f, b, r) in enumerate(splits)]
     read_recs = run_stage(engine, "read", work / "read", read_split, reads)
     read_dirs = [t.out for t in reads]
     exact_dir, near_dir, comp_dir = work / "exact", work / "near", work / "components"
