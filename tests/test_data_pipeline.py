@@ -162,7 +162,7 @@ def test_exact_and_planted_near_duplicates_are_removed(tmp_path):
 
 
 def test_compiled_dedup_keeps_the_same_documents(tmp_path, monkeypatch):
-    """The read stage's compiled kernels (fasthash, used from stages.COMPILED_MIN_BYTES of input)
+    """The read stage's compiled kernels (fasthash, used from stages.COMPILED_MIN_BYTES of input per worker)
     keep and drop exactly what the Python path does."""
     paras = paragraphs()[:120]
     texts = paras + [p.upper() for p in paras[:20]] + [p.replace(" the ", " a ", 1) for p in paras[20:40]]

@@ -50,9 +50,10 @@ SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is rea
 MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, so that there are
 READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
                            # depends on the input files only, never on the engine or worker count)
-COMPILED_MIN_BYTES = 16 << 20   # from this input size the read tasks use the compiled dedup kernels
-                                # (fasthash; the same values): below it numba's start-up in each worker
-                                # (~0.8 CPU-s) costs more than it saves (~0.1 CPU-s per MB)
+COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use the compiled dedup
+                                # kernels (fasthash; the same values, so the choice never shows in the
+                                # output): numba's start-up in each worker (~0.9 CPU-s, ~150 MB) is
+                                # repaid by ~0.11 CPU-s per MB with near dedup on, ~0.03 with it off
 FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
                                   # kills the process once (it creates <marker> first)
 
@@ -470,7 +471,8 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     check_settings(dedup)
     splits = _splits(src.files, src.builtin)
     lsh = lsh_params(dedup) if dedup["near"] else None
-    compiled = sum(f.stat().st_size for f in src.files if f.is_file()) >= COMPILED_MIN_BYTES
+    per_worker = sum(f.stat().st_size for f in src.files if f.is_file()) / max(1, int(cfg.workers))
+    compiled = per_worker >= COMPILED_MIN_BYTES * (1 if dedup["near"] else 4)
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
                       float(cfg.val_fraction), r, lsh, compiled) for i, (f, b, r) in enumerate(splits)]
     read_recs = run_stage(engine, "read", work / "read", read_split, reads)
