@@ -178,6 +178,23 @@ def test_compiled_dedup_keeps_the_same_documents(tmp_path, monkeypatch):
            [s["sha256"] for s in compiled.manifest["train"]["shards"]]
 
 
+def test_more_partitions_for_a_larger_input_keep_the_same_documents(tmp_path, monkeypatch):
+    """Partition counts follow the input size (stages.partitions): the same corpus cut into 8 or
+    into 64 exact/near partitions keeps and drops the same documents."""
+    assert stages.partitions(0) == 8 and stages.partitions(stages.PART_BYTES * 8 + 1) == 16
+    paras = paragraphs()[:120]
+    texts = paras + [p.upper() for p in paras[:20]] + [p.replace(" the ", " a ", 1) for p in paras[20:40]]
+    src = {"web": [write_jsonl(tmp_path / "a.jsonl", texts)]}
+    eight = prepare(data_cfg(tmp_path / "c1", src), progress=False)["web"]
+    monkeypatch.setattr(stages, "PART_BYTES", (tmp_path / "a.jsonl").stat().st_size // 60)
+    assert stages.partitions((tmp_path / "a.jsonl").stat().st_size) == 64
+    many = prepare(data_cfg(tmp_path / "c2", src), progress=False)["web"]
+    assert stages.counts["exact"] == (64, 0) and stages.counts["near"] == (64, 0)
+    assert eight.manifest["documents"] == many.manifest["documents"]
+    assert [s["sha256"] for s in eight.manifest["train"]["shards"]] == \
+           [s["sha256"] for s in many.manifest["train"]["shards"]]
+
+
 def test_second_prepare_reuses_and_a_config_change_rebuilds(corpus, prepared, tmp_path):
     cache = prepared["web"].dir.parent.parent
     again = prepare(data_cfg(cache, corpus, num_shards=2), progress=False)
