@@ -228,14 +228,14 @@ class Bench:
         print(f"\n=== {name}: {what}\n{len(files)} files, {in_bytes / 1e6:.1f} MB, {n_docs} documents in "
               f"(dedup on: {docs.get('kept', '?')} kept; dropped {docs.get('dropped', {})}), "
               f"{tokens / 1e6:.2f} M input tokens, median of {a.repeats}")
-        print(f"{'path':<34} {'wall s':>7} {'M tok/s':>8} {'vs raw':>7} {'task CPU s':>11} {'vs raw (CPU)':>13} "
-              f"{'peak task MB':>13}")
+        print(f"{'path':<34} {'wall s':>7} {'M tok/s':>8} {'vs raw':>7} {'task CPU s':>11} "
+              f"{'vs raw (CPU)':>13} {'peak task MB':>13}")
         for row in [raw] + rows:
             prof = row.chosen()[1] if row.runs else {}
             peak = max((c["peak_rss_mb"] for c in prof.values()), default=0.0)
             cpu = "" if row.cli else f"{row.cpu:>11.2f} {raw.cpu / row.cpu:>13.2f}"
-            print(f"{row.label:<34} {row.wall:>7.2f} {tokens / row.wall / 1e6:>8.3f} {raw.wall / row.wall:>7.2f} "
-                  f"{cpu:<25} {(f'{peak:.0f}' if peak else ''):>13}")
+            print(f"{row.label:<34} {row.wall:>7.2f} {tokens / row.wall / 1e6:>8.3f} "
+                  f"{raw.wall / row.wall:>7.2f} {cpu:<25} {(f'{peak:.0f}' if peak else ''):>13}")
         for row in rows:
             if row.runs:
                 self.stages(row, in_bytes)
@@ -254,7 +254,8 @@ class Bench:
             rate = in_bytes / 1e6 / (c["cpu_s"] or c["wall_s"] or 1e-9)    # the driver's: by wall time
             print(f"    {stage:<29} {c['tasks']:>6} {c['wall_s']:>7.2f} {c['cpu_s']:>11.2f} {rate:>10.2f} "
                   f"{c['peak_rss_mb']:>8.0f} {c['task_rss_mb']:>9.0f} {c['shuffle_bytes'] / 1e6:>11.2f}")
-        print(f"    {'driver (between stages)':<29} {'':>6} {wall - sum(c['wall_s'] for c in prof.values()):>7.2f}")
+        between = wall - sum(c["wall_s"] for c in prof.values())
+        print(f"    {'driver (between stages)':<29} {'':>6} {between:>7.2f}")
 
     def scale(self, kind: str, mb: float, factors: List[int]) -> None:
         """Peak resident MB per task of each stage (dedup on, engine=local) at growing sizes."""
@@ -356,7 +357,8 @@ def main(argv=None) -> None:
     if ray_start is not None:
         print(f"(Ray start-up, not in the ray rows: {ray_start:.2f} s)")
     print(ASSUMPTIONS)
-    print(f"load average at the end {os.getloadavg()[0]:.2f}; benchmark took {time.perf_counter() - t_all:.0f} s")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}; benchmark took "
+          f"{time.perf_counter() - t_all:.0f} s")
     sys.stdout.flush()
 
 

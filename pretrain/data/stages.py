@@ -171,8 +171,8 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
 
 
 def _cost(stage: str) -> Dict[str, float]:
-    return profile.setdefault(stage, dict.fromkeys(("tasks", "cpu_s", "wall_s", "shuffle_bytes", "peak_rss_mb",
-                                                    "task_rss_mb"), 0))
+    keys = ("tasks", "cpu_s", "wall_s", "shuffle_bytes", "peak_rss_mb", "task_rss_mb")
+    return profile.setdefault(stage, dict.fromkeys(keys, 0))
 
 
 def sweep_work(work_root: Path) -> None:
@@ -518,7 +518,8 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
                   [PartTask(str(exact_dir / str(p)), p, read_dirs, "", parts) for p in range(parts)])
     if dedup["near"]:
         run_stage(engine, "near", near_dir, near_part,
-                  [PartTask(str(near_dir / str(q)), q, read_dirs, str(exact_dir), parts) for q in range(parts)])
+                  [PartTask(str(near_dir / str(q)), q, read_dirs, str(exact_dir), parts)
+                   for q in range(parts)])
         run_stage(engine, "components", comp_dir, components,
                   [ComponentsTask(str(comp_dir / "0"), str(near_dir), parts)])
     finals = [FinalTask(str(work / "final" / f"{i:05d}"), i, read_dirs[i], str(exact_dir),
