@@ -169,7 +169,8 @@ def test_fuzzed_inputs_are_all_accounted_for(tmp_path, seed):
     assert sorted(p.name for p in out.iterdir()) == ["docs.end", "docs.txt", "docs.val"]
     left = {p.name for p in (work / "read").glob("*/*")}      # no unpacked parquet left in a task's output
     assert left <= {"docs.txt", "docs.end", "docs.val", "chars.npy", "done.json",
-                    *(f"{kind}-{p}.npz" for kind in ("exact", "band") for p in range(8))}, left
+                    *(f"exact-{c}.npy" for c in ("index", "digest", "offsets")),
+                    *(f"band-{c}.npy" for c in ("index", "band", "key", "offsets"))}, left
 
 
 def test_fuzzed_corpus_prepares_end_to_end(tmp_path):

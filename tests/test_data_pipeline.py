@@ -161,6 +161,40 @@ def test_exact_and_planted_near_duplicates_are_removed(tmp_path):
     assert victim in kept and near not in kept
 
 
+def test_compiled_dedup_keeps_the_same_documents(tmp_path, monkeypatch):
+    """The read stage's compiled kernels (fasthash, used from stages.COMPILED_MIN_BYTES of input per worker)
+    keep and drop exactly what the Python path does."""
+    paras = paragraphs()[:120]
+    texts = paras + [p.upper() for p in paras[:20]] + [p.replace(" the ", " a ", 1) for p in paras[20:40]]
+    src = {"web": [write_jsonl(tmp_path / "a.jsonl", texts)]}
+    plain = prepare(data_cfg(tmp_path / "c1", src), progress=False)["web"]
+    monkeypatch.setattr(stages, "COMPILED_MIN_BYTES", 0)
+    compiled = prepare(data_cfg(tmp_path / "c2", src), progress=False)["web"]
+    assert plain.manifest["documents"] == compiled.manifest["documents"]
+    assert plain.manifest["documents"]["dropped"]["near_duplicate"] > 0
+    stores = [DocStore(next((tmp_path / c).glob("clean/web-*"))) for c in ("c1", "c2")]
+    assert [s.texts(0, len(s)) for s in stores][0] == [s.texts(0, len(s)) for s in stores][1]
+    assert [s["sha256"] for s in plain.manifest["train"]["shards"]] == \
+           [s["sha256"] for s in compiled.manifest["train"]["shards"]]
+
+
+def test_more_partitions_for_a_larger_input_keep_the_same_documents(tmp_path, monkeypatch):
+    """Partition counts follow the input size (stages.partitions): the same corpus cut into 8 or
+    into 64 exact/near partitions keeps and drops the same documents."""
+    assert stages.partitions(0) == 8 and stages.partitions(stages.PART_BYTES * 8 + 1) == 16
+    paras = paragraphs()[:120]
+    texts = paras + [p.upper() for p in paras[:20]] + [p.replace(" the ", " a ", 1) for p in paras[20:40]]
+    src = {"web": [write_jsonl(tmp_path / "a.jsonl", texts)]}
+    eight = prepare(data_cfg(tmp_path / "c1", src), progress=False)["web"]
+    monkeypatch.setattr(stages, "PART_BYTES", (tmp_path / "a.jsonl").stat().st_size // 60)
+    assert stages.partitions((tmp_path / "a.jsonl").stat().st_size) == 64
+    many = prepare(data_cfg(tmp_path / "c2", src), progress=False)["web"]
+    assert stages.counts["exact"] == (64, 0) and stages.counts["near"] == (64, 0)
+    assert eight.manifest["documents"] == many.manifest["documents"]
+    assert [s["sha256"] for s in eight.manifest["train"]["shards"]] == \
+           [s["sha256"] for s in many.manifest["train"]["shards"]]
+
+
 def test_second_prepare_reuses_and_a_config_change_rebuilds(corpus, prepared, tmp_path):
     cache = prepared["web"].dir.parent.parent
     again = prepare(data_cfg(cache, corpus, num_shards=2), progress=False)

@@ -173,6 +173,32 @@ def test_minhash_signatures_are_datasketchs_bit_for_bit():
             assert sig.dtype == ref.hashvalues.dtype and np.array_equal(sig, ref.hashvalues), text[:40]
 
 
+def test_compiled_words_are_dedup_words_for_every_character():
+    """fasthash.words_of (the read stage's compiled scan of the UTF-8 bytes) against dedup_words, for
+    every code point of the basic multilingual plane and ones beyond it (the Python path)."""
+    from pretrain.data.fasthash import words_of
+    from pretrain.data.hashing import dedup_view
+    chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000] + ["\U0001F600", "\U00010400"]
+    for ch in chars:
+        text = f"A{ch}b {ch}"
+        got, want = words_of(text), " ".join(dedup_words(text)).encode()
+        assert got.joined == want, hex(ord(ch))
+    for text in _texts_of_every_kind() + ["ΣΑΣ σας", "İstanbul"]:
+        got, want = words_of(text), dedup_view(text)
+        assert got.joined == want.joined and np.array_equal(got.starts, want.starts) \
+            and np.array_equal(got.ends, want.ends), text[:40]
+
+
+def test_compiled_minhash_is_the_numpy_one_bit_for_bit():
+    from pretrain.data.fasthash import words_of
+    for num_perm, n in ((128, 5), (16, 1), (16, 3)):
+        hasher = MinHasher(num_perm, n)
+        for text in _texts_of_every_kind():
+            want = hasher.signature(dedup_words(text))
+            assert np.array_equal(hasher.signature_of(words_of(text), compiled=True), want), text[:40]
+            assert np.array_equal(hasher.signature_of(words_of(text), compiled=False), want), text[:40]
+
+
 def test_symbol_ratio_counts_what_its_patterns_match():
     """The ASCII fast path (bytes.translate) against the two patterns' own counts, on every ASCII
     character and on mixed texts."""

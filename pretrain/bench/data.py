@@ -1,43 +1,45 @@
-"""Data pipeline throughput end to end, with dedup on, side by side on one input and the same cores.
+"""Data pipeline throughput end to end against raw sentencepiece encode, per kind of corpus, side by
+side in one run on the same cores.
 
-    python -m pretrain.bench.data [--input PATH ...] [--workers N] [--seq-length S] [--repeats R]
-                                  [--engines local,ray] [--unique-mb MB] [--duplicates F] [--nodes 1,8,64]
+    python -m pretrain.bench.data [--kinds K,...] [--mb MB] [--input PATH ...] [--workers N]
+                                  [--seq-length S] [--repeats R] [--engines local,ray] [--no-cli]
+                                  [--scale 1,4,16 --scale-kind K --scale-mb MB] [--nodes 1,8,64] [--quick]
 
-Prints, measured in this one run (throughputs in INPUT tokens per second: the tokens of every
-document read, duplicates and dropped documents included, as sentencepiece counts them):
+Corpora (pretrain.bench.corpora, built here from the Python installation, nothing downloaded):
+short chat-like documents with exact and near copies, long web-like prose mostly unique and with
+near copies (word edits, paragraphs reordered), code; --input times your own files instead.
+For each corpus, measured in this one run (throughputs in INPUT tokens per second: the tokens of
+every document read, duplicates and dropped documents included, as sentencepiece counts them):
   raw sentencepiece encode   N worker processes, each encoding single-threaded a chunk of the input
                              documents (no cleaning, no dedup, no output): the physical limit
-  end to end, engine=E       prepare() from the raw files: read, clean, exact + near dedup, held-out
-                             split, tokenize, pack, MindRecord shards, manifest (tokenizer given, so
-                             no training), once per --engines entry. engine=ray runs on a Ray instance
-                             started here with N CPUs before the clock starts (as a cluster is up
-                             before a job); its start-up is printed apart
-  per stage                  tasks, wall and task CPU seconds, input MB per core-second, shuffle
-                             bytes (what tasks write to partition files that later tasks read from
-                             many tasks: hash/band partitions, drop lists, candidate pairs, token
-                             chunks by output shard), per engine, from its repeat of median wall time
+  local / ray, dedup on|off  prepare() from the raw files: read, clean, exact + near dedup (on),
+                             held-out split, tokenize, pack, MindRecord shards, manifest (tokenizer
+                             given, so no training). engine=ray runs on a Ray instance started here
+                             with N CPUs before the clock starts (as a cluster is up before a job);
+                             its start-up is printed apart
+  command line               `python -m pretrain.data ...` on the same files, dedup on, timed from
+                             outside as a user sees it: interpreter, imports and Hydra included
+  per stage                  tasks, wall and task CPU seconds, input MB per core-second, the peak
+                             resident MB of a task's process and what the task itself added to it,
+                             shuffle bytes, from the repeat of median wall time
   projection                 hours for 1 TB of input text on N 64-core nodes, computed (not measured)
-                             from the per-stage CPU cost per input byte; its assumptions are printed
-Default input: the standard library's .py files and the sample corpus's English prose, --unique-mb of
-distinct documents, plus copies so that --duplicates of all documents are duplicates (half exact
-copies, half near copies with one word changed), shuffled, in 4 jsonl files.
-Timed rows are medians of --repeats interleaved runs (raw, then each engine, their order reversed
-every other repeat). Task CPU seconds (process
-time of the tasks, all threads; the driver's own CPU not included) are shown beside wall time: on a
-shared machine they are the steadier figure.
+                             from the per-stage CPU cost per input byte
+--scale measures one kind at several sizes (peak resident MB per task as the corpus grows).
+Timed rows are medians of --repeats interleaved runs (raw, then each row, their order reversed
+every other repeat). Task CPU seconds (process time of the tasks, all threads; the driver's own CPU
+not included) are shown beside wall time: on a shared machine they are the steadier figure.
 """
 import argparse
-import json
 import os
-import random
+import subprocess
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from pretrain.config.compose import compose
 from pretrain.config.schema import SourceConfig
@@ -50,51 +52,6 @@ TB = 1e12
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def _distinct_texts() -> List[str]:
-    from pretrain.data import sample
-    texts = []
-    for p in sorted(sample.stdlib_dir().rglob("*.py")):
-        if "site-packages" in p.parts:
-            continue
-        try:
-            texts.append(p.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, OSError):
-            continue
-    return texts + [doc.text for doc in sample.documents("general")]
-
-
-def _near_copy(text: str, rng: random.Random) -> str:
-    words = text.split(" ")
-    i = rng.randrange(len(words))
-    words[i] = "changed" + words[i]
-    return " ".join(words)
-
-
-def default_input(directory: Path, unique_mb: float, duplicates: float, files: int = 4) -> List[Path]:
-    """Distinct documents (about unique_mb MB), then exact and near copies of random ones until the
-    copies are `duplicates` of all documents; shuffled, written round-robin into `files` jsonl files."""
-    rng = random.Random(0)
-    distinct = _distinct_texts()
-    rng.shuffle(distinct)
-    docs, size = [], 0
-    for text in distinct:
-        if size >= unique_mb * 1e6:
-            break
-        docs.append(text)
-        size += len(text.encode())
-    copies = round(len(docs) * duplicates / (1 - duplicates)) if duplicates < 1 else 0
-    for i in range(copies):
-        text = rng.choice(docs[:len(docs)])
-        docs.append(text if i % 2 == 0 else _near_copy(text, rng))
-    rng.shuffle(docs)
-    paths = [directory / f"part-{i}.jsonl" for i in range(files)]
-    for i, path in enumerate(paths):
-        with open(path, "w") as f:
-            for text in docs[i::files]:
-                f.write(json.dumps({"text": text}) + "\n")
-    return paths
 
 
 @dataclass
@@ -143,7 +100,7 @@ def _start_ray(workers: int, temp_dir: Path) -> float:
     return took
 
 
-def _projection(profile: Dict[str, Dict], fixed_s: float, in_bytes: int, nodes: List[int]) -> List[str]:
+def _projection(profile: Dict[str, Dict], fixed_s: float, in_bytes: int, nodes: List[int]) -> str:
     """Hours for 1 TB on N nodes of NODE_CORES cores from the per-stage CPU seconds per input byte.
     A stage of one task (components, the driver's store concatenation) does not spread over cores;
     fixed_s (the driver's other work between stages) does not grow with the data."""
@@ -151,148 +108,257 @@ def _projection(profile: Dict[str, Dict], fixed_s: float, in_bytes: int, nodes: 
     serial = [s for s in SERIAL if s in profile]
     parallel_cpu = sum(c["cpu_s"] for s, c in profile.items() if s not in serial)
     serial_s = sum(profile[s]["wall_s"] for s in serial)
-    lines = [f"projection, not a measurement: hours for 1 TB of input text ({scale:.0f} x this input) on N "
-             f"nodes of {NODE_CORES} cores"]
+    cells = []
     for n in nodes:
         par = scale * parallel_cpu / (n * NODE_CORES)
-        hours = (par + scale * serial_s + fixed_s) / 3600
-        lines.append(f"  N={n:<4} {hours:8.2f} h   ({par / 3600:.2f} h in parallel stages, "
-                     f"{scale * serial_s / 3600:.2f} h serial)")
-    slowest = max((s for s in profile if s not in serial), key=lambda s: profile[s]["cpu_s"])
-    lines += ["  assumptions: each stage's CPU cost per input byte stays as measured here (same mix of",
-              "  text, duplicates and settings); per-core rates scale linearly over N x 64 cores (one task",
-              "  per core, the shared file system keeps up, no stragglers); stages run one after another,",
-              "  so their times add (streamed, the stage with the lowest aggregate rate would bound: "
-              f"{slowest});",
-              "  data.num_shards at least the core count (one writer task per shard); serial work (single-",
-              f"  task stages: {', '.join(serial) or '-'}) grows with the data but not with nodes; the",
-              "  driver's other work is a fixed cost; tokenizer training not included."]
-    return lines
+        cells.append(f"N={n} {(par + scale * serial_s + fixed_s) / 3600:.2f} h "
+                     f"({scale * serial_s / 3600:.2f} h serial)")
+    return "projection, not a measurement, 1 TB on N 64-core nodes: " + "; ".join(cells)
+
+
+ASSUMPTIONS = """projection assumptions: each stage's CPU cost per input byte stays as measured here (same mix
+  of text, duplicates and settings); per-core rates scale linearly over N x 64 cores (one task per
+  core, the shared file system keeps up, no stragglers); stages run one after another, so their
+  times add; data.num_shards at least the core count; serial work (single-task stages: components,
+  concat (driver)) grows with the data but not with nodes; the driver's other work is a fixed
+  cost; tokenizer training not included."""
+
+
+@dataclass
+class Row:
+    """One timed row of a corpus: how it runs and what it measured, per repeat."""
+    label: str
+    engine: str = ""                   # "" for raw encode
+    dedup: bool = True
+    cli: bool = False
+    walls: List[float] = field(default_factory=list)
+    cpus: List[float] = field(default_factory=list)
+    runs: List[tuple] = field(default_factory=list)     # (wall, per-stage profile) per repeat
+    manifest: Optional[Dict] = None
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(self.walls)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpus) if self.cpus else float("nan")
+
+    def chosen(self) -> tuple:
+        """The repeat of median wall time: (wall, per-stage profile)."""
+        return sorted(self.runs, key=lambda x: x[0])[len(self.runs) // 2]
+
+
+class Bench:
+    def __init__(self, args, tok_path: Path, tok: Dict, tmp: Path) -> None:
+        self.args, self.tok_path, self.tok, self.tmp = args, tok_path, tok, tmp
+        self.runs = 0
+
+    def _overrides(self, cache: Path, engine: str, dedup: bool) -> List[str]:
+        a = self.args
+        return [f"model.seq_length={a.seq_length}", f"data.workers={a.workers}", f"data.cache_dir={cache}",
+                f"data.tokenizer.path={self.tok_path}", f"data.engine={engine}",
+                f"data.dedup.exact={str(dedup).lower()}", f"data.dedup.near={str(dedup).lower()}"]
+
+    def prepare(self, inputs: List[Path], engine: str, dedup: bool) -> tuple:
+        """(wall s, per-stage profile, manifest) of one prepare() of the inputs into a fresh cache."""
+        from pretrain.data import stages
+        from pretrain.data.prepare import prepare
+        self.runs += 1
+        cfg = compose(self._overrides(self.tmp / f"cache-{self.runs}", engine, dedup)).data
+        cfg.sources = {"bench": SourceConfig(paths=[str(p) for p in inputs])}
+        stages.profile.clear()
+        t0 = time.perf_counter()
+        manifest = prepare(cfg, progress=False, wait=False)["bench"].manifest
+        wall = time.perf_counter() - t0
+        prof = {k: dict(v) for k, v in stages.profile.items()}
+        shutil.rmtree(self.tmp / f"cache-{self.runs}", ignore_errors=True)
+        return wall, prof, manifest
+
+    def command_line(self, inputs: List[Path]) -> float:
+        """Wall seconds of `python -m pretrain.data` on the inputs (dedup on, engine=local), as a
+        user's shell times it."""
+        self.runs += 1
+        cache = self.tmp / f"cache-{self.runs}"
+        paths = ",".join(str(p) for p in inputs)
+        cmd = [sys.executable, "-m", "pretrain.data", "data=files", "~data.sources.reasoning",
+               "~data.sources.anneal", f"data.sources.general.paths=[{paths}]",
+               f"model.vocab_size={self.tok['vocab_size']}", *self._overrides(cache, "local", True)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=self.tmp)
+        wall = time.perf_counter() - t0
+        shutil.rmtree(cache, ignore_errors=True)
+        if proc.returncode:
+            raise SystemExit(f"error: {' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        return wall
+
+    def corpus(self, name: str, what: str, inputs: List[Path], rows: List[Row]) -> Dict:
+        """Every row of one corpus, interleaved over the repeats; prints its table; its ratios."""
+        from pretrain.data.docstore import DocStore
+        from pretrain.data.engine import LocalEngine
+        from pretrain.data.sources import resolve_files
+        a = self.args
+        files = resolve_files("bench", [str(p) for p in inputs])
+        in_bytes = sum(f.stat().st_size for f in files)
+        raw_dir = self.tmp / f"raw-{name}"
+        n_docs = _raw_store(files, raw_dir, 1_000_000)
+        store = DocStore(raw_dir)
+        chunks = [EncodeTask(str(store.dir), s, e, str(self.tok_path)) for s, e in store.chunks()]
+        raw = Row("raw sentencepiece encode")
+        tokens = 0
+        for i in range(a.repeats):
+            pool = LocalEngine(a.workers)
+            t0 = time.perf_counter()
+            counted = list(pool.map(encode_chunk, chunks))
+            raw.walls.append(time.perf_counter() - t0)
+            pool.close()
+            tokens = sum(n for n, _ in counted)
+            raw.cpus.append(sum(c for _, c in counted))
+            for row in (rows if i % 2 == 0 else rows[::-1]):     # order effects cancel
+                if row.cli:
+                    row.walls.append(self.command_line(inputs))
+                    continue
+                wall, prof, row.manifest = self.prepare(inputs, row.engine, row.dedup)
+                row.walls.append(wall)
+                row.runs.append((wall, prof))
+                row.cpus.append(sum(c["cpu_s"] for c in prof.values()))
+        shutil.rmtree(raw_dir, ignore_errors=True)
+        on = next((r.manifest for r in rows if r.manifest and r.dedup), None)
+        docs = on["documents"] if on else {}
+        print(f"\n=== {name}: {what}\n{len(files)} files, {in_bytes / 1e6:.1f} MB, {n_docs} documents in "
+              f"(dedup on: {docs.get('kept', '?')} kept; dropped {docs.get('dropped', {})}), "
+              f"{tokens / 1e6:.2f} M input tokens, median of {a.repeats}")
+        print(f"{'path':<34} {'wall s':>7} {'M tok/s':>8} {'vs raw':>7} {'task CPU s':>11} "
+              f"{'vs raw (CPU)':>13} {'peak task MB':>13}")
+        for row in [raw] + rows:
+            prof = row.chosen()[1] if row.runs else {}
+            peak = max((c["peak_rss_mb"] for c in prof.values()), default=0.0)
+            cpu = "" if row.cli else f"{row.cpu:>11.2f} {raw.cpu / row.cpu:>13.2f}"
+            print(f"{row.label:<34} {row.wall:>7.2f} {tokens / row.wall / 1e6:>8.3f} "
+                  f"{raw.wall / row.wall:>7.2f} {cpu:<25} {(f'{peak:.0f}' if peak else ''):>13}")
+        for row in rows:
+            if row.runs:
+                self.stages(row, in_bytes)
+        local = next((r for r in rows if r.engine == "local" and r.dedup and r.runs), None)
+        if local:
+            wall, prof = local.chosen()
+            fixed = max(0.0, wall - sum(c["wall_s"] for c in prof.values()))
+            print(_projection(prof, fixed, in_bytes, [int(n) for n in a.nodes.split(",")]))
+        return {r.label: (raw.wall / r.wall, raw.cpu / r.cpu if not r.cli else None) for r in rows}
+
+    def stages(self, row: Row, in_bytes: int) -> None:
+        wall, prof = row.chosen()
+        print(f"  per stage, {row.label:<20} {'tasks':>6} {'wall s':>7} {'task CPU s':>11} {'MB/core-s':>10} "
+              f"{'peak MB':>8} {'task +MB':>9} {'shuffle MB':>11}")
+        for stage, c in prof.items():
+            rate = in_bytes / 1e6 / (c["cpu_s"] or c["wall_s"] or 1e-9)    # the driver's: by wall time
+            print(f"    {stage:<29} {c['tasks']:>6} {c['wall_s']:>7.2f} {c['cpu_s']:>11.2f} {rate:>10.2f} "
+                  f"{c['peak_rss_mb']:>8.0f} {c['task_rss_mb']:>9.0f} {c['shuffle_bytes'] / 1e6:>11.2f}")
+        between = wall - sum(c["wall_s"] for c in prof.values())
+        print(f"    {'driver (between stages)':<29} {'':>6} {between:>7.2f}")
+
+    def scale(self, kind: str, mb: float, factors: List[int]) -> None:
+        """Peak resident MB per task of each stage (dedup on, engine=local) at growing sizes."""
+        from pretrain.bench import corpora
+        table: Dict[int, Dict] = {}
+        walls: Dict[int, float] = {}
+        for f in factors:
+            inputs = corpora.write(kind, self.tmp / f"scale-{f}", mb * f)
+            walls[f], table[f], _ = self.prepare(inputs, "local", True)
+            shutil.rmtree(self.tmp / f"scale-{f}", ignore_errors=True)
+        print(f"\n=== peak resident MB of a task's process (what the task added), {kind}, dedup on, "
+              f"engine=local, by corpus size")
+        print(f"{'stage':<22}" + "".join(f"{f'{f}x = {mb * f:g} MB':>22}" for f in factors))
+        for stage in table[factors[0]]:
+            cells = []
+            for f in factors:
+                c = table[f].get(stage)
+                cells.append(f"{c['peak_rss_mb']:.0f} (+{c['task_rss_mb']:.0f}), {c['tasks']} tasks"
+                             if c else "-")
+            print(f"{stage:<22}" + "".join(f"{x:>22}" for x in cells))
+        print(f"{'wall s':<22}" + "".join(f"{walls[f]:>22.1f}" for f in factors))
 
 
 def main(argv=None) -> None:
+    from pretrain.bench import corpora
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--input", nargs="*", help="corpus files/dirs/globs (default: built from the stdlib)")
+    ap.add_argument("--kinds", default=",".join(corpora.KINDS), help=f"of {', '.join(corpora.KINDS)}")
+    ap.add_argument("--mb", type=float, default=24.0, help="MB of each generated corpus")
+    ap.add_argument("--input", nargs="*", help="your own corpus files/dirs/globs instead of the kinds")
     ap.add_argument("--workers", type=int, default=_cores())
     ap.add_argument("--seq-length", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--tokenizer", help="a sentencepiece .model (default: the sample corpus's, trained once)")
-    ap.add_argument("--engines", default="local,ray", help="data.engine values to time end to end")
-    ap.add_argument("--unique-mb", type=float, default=18.0, help="default input: MB of distinct documents")
-    ap.add_argument("--duplicates", type=float, default=0.6,
-                    help="default input: share of duplicate documents")
+    ap.add_argument("--engines", default="local", help="data.engine values to time end to end (local,ray)")
+    ap.add_argument("--no-dedup-off", action="store_true", help="skip the dedup-off rows")
+    ap.add_argument("--no-cli", action="store_true", help="skip the command-line row")
+    ap.add_argument("--scale", default="", help="corpus size factors for the memory table, e.g. 1,4,16")
+    ap.add_argument("--scale-kind", default="short-dup")
+    ap.add_argument("--scale-mb", type=float, default=2.0)
     ap.add_argument("--nodes", default="1,8,64", help="node counts of the projection")
+    ap.add_argument("--quick", action="store_true", help="a smoke test: 0.3 MB corpora, no command line")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.mb, args.no_cli = 0.3, True
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in corpora.KINDS]
+    if unknown:
+        raise SystemExit(f"error: --kinds: unknown {unknown}; known: {', '.join(corpora.KINDS)}")
 
     import mindspore.mindrecord  # noqa: F401  (before Ray; and once, outside every timed region)
 
-    from pretrain.data import stages
     from pretrain.data import tokenizer as tokenizers
-    from pretrain.data.docstore import DocStore
-    from pretrain.data.engine import LocalEngine
     from pretrain.data.prepare import prepare
-    from pretrain.data.sources import resolve_files
 
-    base = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}"]).data
     if args.tokenizer:
         tok_path = Path(args.tokenizer)
     else:
+        base = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}"]).data
         tok_path = next(iter(prepare(base, progress=False).values())).tokenizer_path
     tok = tokenizers.info(tok_path)
     engines = args.engines.split(",")
-
+    t_all = time.perf_counter()
+    print(f"data pipeline benchmark: {_cores()} cores, {args.workers} workers, seq_length {args.seq_length}, "
+          f"vocab {tok['vocab_size']}; load average at start {os.getloadavg()[0]:.2f}")
+    summary: Dict[str, Dict] = {}
     with tempfile.TemporaryDirectory(prefix="pretrain-bench-") as tmp_s:
         tmp = Path(tmp_s)
-        inputs = [Path(p) for p in args.input] if args.input else default_input(tmp, args.unique_mb,
-                                                                                 args.duplicates)
-        files = resolve_files("bench", [str(p) for p in inputs])
-        in_bytes = sum(f.stat().st_size for f in files)
-        n_docs = _raw_store(files, tmp / "raw", base.clean.max_chars)
-        store = DocStore(tmp / "raw")
-        chunks = [EncodeTask(str(store.dir), a, b, str(tok_path)) for a, b in store.chunks()]
+        bench = Bench(args, tok_path, tok, tmp)
         ray_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp")) if "ray" in engines else None  # short
         ray_start = _start_ray(args.workers, ray_dir) if ray_dir else None
-
-        walls: Dict[str, List[float]] = {k: [] for k in ["raw", *engines]}
-        cpus: Dict[str, List[float]] = {k: [] for k in ["raw", *engines]}
-        runs: Dict[str, List[tuple]] = {e: [] for e in engines}     # (wall, per-stage profile) per repeat
-        results: Dict[str, Dict] = {}
         try:
-            for i in range(args.repeats):       # interleaved, so load changes hit every row alike
-                pool = LocalEngine(args.workers)
-                t0 = time.perf_counter()
-                counted = list(pool.map(encode_chunk, chunks))
-                walls["raw"].append(time.perf_counter() - t0)
-                tokens = sum(n for n, _ in counted)
-                cpus["raw"].append(sum(c for _, c in counted))
-                pool.close()
-                for engine in (engines if i % 2 == 0 else engines[::-1]):     # order effects cancel
-                    cfg = compose([f"model.seq_length={args.seq_length}", f"data.workers={args.workers}",
-                                   f"data.cache_dir={tmp / f'e2e-{engine}-{i}'}",
-                                   f"data.tokenizer.path={tok_path}", f"data.engine={engine}"]).data
-                    cfg.sources = {"bench": SourceConfig(paths=[str(p) for p in inputs])}
-                    stages.profile.clear()
-                    t0 = time.perf_counter()
-                    results[engine] = prepare(cfg, progress=False, wait=False)["bench"].manifest
-                    walls[engine].append(time.perf_counter() - t0)
-                    runs[engine].append((walls[engine][-1], {k: dict(v) for k, v in stages.profile.items()}))
-                    cpus[engine].append(sum(c["cpu_s"] for c in runs[engine][-1][1].values()))
+            corpus_list = [("your input", ", ".join(args.input), [Path(p) for p in args.input])] \
+                if args.input else [(k, corpora.KINDS[k].what, None) for k in kinds]
+            for name, what, inputs in corpus_list:
+                inputs = inputs or corpora.write(name, tmp / name, args.mb)
+                rows = [Row(f"{e}, dedup on", e, True) for e in engines]
+                if not args.no_dedup_off:
+                    rows.append(Row("local, dedup off", "local", False))
+                if not args.no_cli:
+                    rows.append(Row("command line (process), dedup on", "local", True, cli=True))
+                summary[name] = bench.corpus(name, what, inputs, rows)
+                if not args.input:
+                    shutil.rmtree(tmp / name, ignore_errors=True)
+            if args.scale:
+                bench.scale(args.scale_kind, args.scale_mb, [int(f) for f in args.scale.split(",")])
         finally:
             if ray_dir:
                 import ray
                 ray.shutdown()
                 shutil.rmtree(ray_dir, ignore_errors=True)
 
-    med = {k: statistics.median(v) for k, v in walls.items()}
-    # the per-stage tables and the projection: the repeat of median wall time of each engine
-    chosen = {e: sorted(r, key=lambda x: x[0])[len(r) // 2] for e, r in runs.items()}
-    profiles = {e: prof for e, (_, prof) in chosen.items()}
-    cpu = {k: statistics.median(v) for k, v in cpus.items()}
-    docs = next(iter(results.values()))["documents"] if results else {}
-    print(f"data pipeline benchmark, dedup on (exact + near): {len(files)} files, {in_bytes / 1e6:.1f} MB, "
-          f"{n_docs} documents in ({docs.get('kept', 0)} kept; dropped {docs.get('dropped', {})}), "
-          f"{tokens / 1e6:.2f} M input tokens; {_cores()} cores, {args.workers} workers, seq_length "
-          f"{args.seq_length}, vocab {tok['vocab_size']}, median of {args.repeats}")
-    print(f"{'path':<36} {'wall s':>7} {'M input tok/s':>14} {'vs raw':>7} {'task CPU s':>11} "
-          f"{'vs raw (CPU)':>13}")
-    rows = [("raw sentencepiece encode", med["raw"])] + [(f"end to end, engine={e}", med[e]) for e in engines]
-    for name, t in rows:
-        key = "raw" if name.startswith("raw") else name.split("=")[1]
-        print(f"{name:<36} {t:>7.2f} {tokens / t / 1e6:>14.3f} {med['raw'] / t:>7.2f} {cpu[key]:>11.2f} "
-              f"{cpu['raw'] / cpu[key]:>13.2f}")
+    labels = list(next(iter(summary.values())))
+    print("\n=== end to end / raw encode, input tokens/s (wall, and by task CPU time in brackets); "
+          "goal: >= 0.8 by wall time on an idle machine")
+    print(f"{'corpus':<14}" + "".join(f"{lab:>36}" for lab in labels))
+    for name, ratios in summary.items():
+        cells = [f"{w:.2f}" + (f" ({c:.2f})" if c is not None else "") for w, c in ratios.values()]
+        print(f"{name:<14}" + "".join(f"{x:>36}" for x in cells))
     if ray_start is not None:
-        print(f"(Ray start-up, not in the ray row: {ray_start:.2f} s; with it: "
-              f"{tokens / (med['ray'] + ray_start) / 1e6:.3f} M tok/s)")
-
-    for engine, prof in profiles.items():
-        in_tasks = sum(c["wall_s"] for c in prof.values())
-        print(f"\nper stage, engine={engine}{'':<10} {'tasks':>6} {'wall s':>7} {'task CPU s':>11} "
-              f"{'MB/core-s':>10} {'shuffle MB':>11}")
-        for stage, c in prof.items():
-            rate = in_bytes / 1e6 / (c["cpu_s"] or c["wall_s"] or 1e-9)    # the driver's: by wall time
-            print(f"  {stage:<31} {c['tasks']:>6} {c['wall_s']:>7.2f} {c['cpu_s']:>11.2f} {rate:>10.2f} "
-                  f"{c['shuffle_bytes'] / 1e6:>11.2f}")
-        print(f"  {'driver (between stages)':<31} {'':>6} {chosen[engine][0] - in_tasks:>7.2f}")
-        shuffled = sum(c["shuffle_bytes"] for c in prof.values())
-        print(f"  shuffle: {shuffled / 1e6:.2f} MB = {shuffled / tokens:.3f} bytes per input token")
-
-    print()
-    ratio = {e: med["raw"] / med[e] for e in engines}
-    for e in engines:
-        goal = "meets" if ratio[e] >= 0.8 else "MISSES"
-        print(f"end to end, engine={e}: {ratio[e]:.2f} of raw encode (input tokens/s; {goal} the 0.8 goal); "
-              f"by task CPU time {cpu['raw'] / cpu[e]:.2f}")
-    if "local" in results and "ray" in results:
-        same = "identical" if [s["sha256"] for s in results["local"]["train"]["shards"]] == \
-            [s["sha256"] for s in results["ray"]["train"]["shards"]] else "DIFFERENT"
-        r = med["local"] / med["ray"]
-        print(f"engine=ray / engine=local: {r:.2f} ({'meets' if r >= 0.85 else 'MISSES'} the 0.85 goal), "
-              f"{med['local'] / (med['ray'] + ray_start):.2f} with Ray's start-up; train shards {same}")
-    proj = "ray" if "ray" in profiles else engines[0]
-    prof = profiles[proj]
-    driver = max(0.0, chosen[proj][0] - sum(c["wall_s"] for c in prof.values()))   # fixed, between stages
-    print(f"\n(from engine={proj}'s per-stage costs)")
-    print("\n".join(_projection(prof, driver, in_bytes, [int(n) for n in args.nodes.split(",")])))
+        print(f"(Ray start-up, not in the ray rows: {ray_start:.2f} s)")
+    print(ASSUMPTIONS)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}; benchmark took "
+          f"{time.perf_counter() - t_all:.0f} s")
     sys.stdout.flush()
 
 

@@ -15,6 +15,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from pretrain.config.errors import PretrainDataError
+from pretrain.data.hashing import Words, dedup_view
 
 _SEED = 1
 _SLICE = 4096
@@ -34,26 +35,29 @@ class MinHasher:
         a, b = permutations if permutations is not None else _permutations(num_perm)
         self._a, self._b = (np.asarray(x, np.uint32)[None, :] for x in (a, b))
 
-    def shingle_hashes(self, words: List[str]) -> np.ndarray:
+    def signature_of(self, words, compiled: bool) -> np.ndarray:
+        """signature() of a hashing.Words, compiled (fasthash, the same values) or not."""
+        if not compiled:
+            return self.signature(words)
+        from pretrain.data.fasthash import signature
+        return signature(words, self.shingle, self._a[0], self._b[0])
+
+    def shingle_hashes(self, words) -> np.ndarray:
         """crc32 of each word n-gram (words joined by one space, UTF-8), as uint32; a document of
-        fewer than n words is one shingle of all its words."""
-        n = self.shingle
-        blob = " ".join(words).encode()
-        if not words:
+        fewer than n words is one shingle of all its words. words: a list or a hashing.Words."""
+        view = words if isinstance(words, Words) else dedup_view(words)
+        n, nw = self.shingle, len(view)
+        if not nw:
             return np.asarray([zlib.crc32(b"")], np.uint32)
-        if blob.isascii():      # one byte per character
-            lens = np.fromiter(map(len, words), np.int64, count=len(words))
-        else:
-            lens = np.fromiter((len(w.encode()) for w in words), np.int64, count=len(words))
-        starts = np.concatenate([[0], np.cumsum(lens + 1)])      # word i at starts[i] .. starts[i+1]-1
-        count = max(1, len(words) - n + 1)
-        ends = starts[np.minimum(np.arange(count) + n, len(words))] - 1
+        count = max(1, nw - n + 1)
+        ends = view.ends[np.minimum(np.arange(count) + n, nw) - 1]
         # all in C (map of builtins over zero-copy memoryview slices): this loop is most of the cost
-        pieces = map(memoryview(blob).__getitem__, map(slice, starts[:count].tolist(), ends.tolist()))
+        pieces = map(memoryview(view.joined).__getitem__,
+                     map(slice, view.starts[:count].tolist(), ends.tolist()))
         return np.fromiter(map(zlib.crc32, pieces), np.uint32, count=count)
 
-    def signature(self, words: List[str]) -> np.ndarray:
-        """MinHash values (uint32) of the document's word n-gram shingles."""
+    def signature(self, words) -> np.ndarray:
+        """MinHash values (uint32) of the document's word n-gram shingles (a list or a Words)."""
         hv = np.unique(self.shingle_hashes(words))
         # MurmurHash3's 32-bit finalizer (datasketch's pre-mix), wrapping uint32 arithmetic
         hv ^= hv >> np.uint32(16)
@@ -100,5 +104,6 @@ def check_settings(dedup: dict) -> None:
 
 def band_keys(signature: np.ndarray, bands: int, width: int) -> List[int]:
     """The LSH band keys of a signature: documents sharing one are near-duplicate candidates."""
-    return [int.from_bytes(hashlib.blake2b(signature[b * width:(b + 1) * width].tobytes(),
-                                           digest_size=8).digest(), "little") for b in range(bands)]
+    raw, step = memoryview(signature.tobytes()), width * signature.itemsize
+    return np.frombuffer(b"".join(hashlib.blake2b(raw[b * step:(b + 1) * step], digest_size=8).digest()
+                                  for b in range(bands)), "<u8").tolist()

@@ -6,7 +6,9 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, List
+
+import numpy as np
 
 _WORDS = re.compile(r"\w+")
 
@@ -43,9 +45,35 @@ def dedup_words(text: str) -> list:
     return _WORDS.findall(text.lower())
 
 
-def words_digest(words: list) -> bytes:
-    """Identity of a document up to case, punctuation and whitespace (from its dedup_words)."""
-    return hashlib.blake2b(" ".join(words).encode(), digest_size=16).digest()
+class Words:
+    """A document's dedup_words as the UTF-8 bytes of " ".join(words) and each word's [start, end)
+    in them: what the exact digest and the MinHash shingles read (built by dedup_view here, or by
+    the compiled fasthash.words_of, byte for byte the same)."""
+    __slots__ = ("joined", "starts", "ends")
+
+    def __init__(self, joined: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.joined, self.starts, self.ends = joined, starts, ends
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def dedup_view(text_or_words) -> Words:
+    """The Words of a text (or of its dedup_words list)."""
+    words: List[str] = dedup_words(text_or_words) if isinstance(text_or_words, str) else text_or_words
+    joined = " ".join(words).encode()
+    if not joined:
+        return Words(joined, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    spaces = np.flatnonzero(np.frombuffer(joined, np.uint8) == 32)     # words hold no space
+    return Words(joined, np.concatenate([[0], spaces + 1]).astype(np.int64),
+                 np.concatenate([spaces, [len(joined)]]).astype(np.int64))
+
+
+def words_digest(words) -> bytes:
+    """Identity of a document up to case, punctuation and whitespace (from its dedup_words, or their
+    " ".join as UTF-8 bytes: fasthash.Words.joined)."""
+    joined = words if isinstance(words, bytes) else " ".join(words).encode()
+    return hashlib.blake2b(joined, digest_size=16).digest()
 
 
 def piece_key(text: str) -> bytes:

@@ -39,7 +39,7 @@ from pretrain.data.hashing import content_fingerprint, digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import resolve_files
-from pretrain.data.stages import forget, sweep_work
+from pretrain.data.stages import WORK_LAYOUT, forget, sweep_work
 from pretrain.data.stages import progress as stage_progress
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
@@ -277,7 +277,7 @@ def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEn
             return final, _kept_some(src.name, json.loads((final / "stats.json").read_text()))
         engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
-    work = cache / "work" / f"clean-{final.name}"
+    work = cache / "work" / f"clean{WORK_LAYOUT}-{final.name}"
     run_on = engine.get(f"documents {final}")
     try:
         with building(final) as tmp:

@@ -4,10 +4,11 @@ Clean store of a source (documents in, deduplicated documents out):
   read/<split>      one task per input split (a file, or a 16 MB byte range of a large .jsonl; a
                     builtin source is one split): read ->
                     clean -> exact hash + MinHash LSH band keys; writes the surviving candidates
-                    and shuffles their hashes into EXACT_PARTS / BAND_PARTS partition files
+                    and their hashes, sorted by partition (partitions(): more as the input grows),
+                    one set of files per task with each partition's offsets
   exact/<p>         exact dedup of hash partition p: of equal hashes the lowest global id stays
-  near/<q>          the LSH bands of partition q over the exact survivors: documents sharing a
-                    band bucket are candidate pairs (edges from the bucket's lowest id)
+  near/<q>          the LSH band buckets of partition q (by key) over the exact survivors: documents
+                    sharing a bucket are candidate pairs (edges from the bucket's lowest id)
   components/0      connected components of the candidate pairs; each keeps its lowest id
   final/<split>     the split's kept documents (byte copies), with the held-out flag
 A document's global id is (split, index in split), so "lowest id" is "first in input order".
@@ -43,13 +44,19 @@ import numpy as np
 from pretrain.data.fsutil import building, sweep_stale, write_json_atomic
 
 DONE = "done.json"
-EXACT_PARTS = 8            # fixed, so the work layout (and a restart) never depends on the engine
-BAND_PARTS = 8
+EXACT_PARTS = 8            # partitions of a corpus up to PART_BYTES (the layout depends on the input
+BAND_PARTS = 8             # size only, never on the engine or the workers, so a restart elsewhere reuses it)
+PART_BYTES = 1 << 30       # ... and twice as many for each doubling beyond: a partition task's memory
+                           # stays bounded as the corpus grows, and a large one has tasks for a cluster
 LOOSE_ROOM = 0.02          # a tokenize task's best-fit row with more free room is repacked by its writer
 SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is read as several splits
 MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, so that there are
 READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
                            # depends on the input files only, never on the engine or worker count)
+COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use the compiled dedup
+                                # kernels (fasthash; the same values, so the choice never shows in the
+                                # output): numba's start-up in each worker (~0.9 CPU-s, ~150 MB) is
+                                # repaid by ~0.11 CPU-s per MB with near dedup on, ~0.03 with it off
 FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
                                   # kills the process once (it creates <marker> first)
 
@@ -58,9 +65,13 @@ counts: Dict[str, tuple] = {}
 # stage -> what its tasks cost, summed over the stage runs of this process since the caller last
 # cleared it (the benchmark): tasks run, their CPU seconds, the stage's wall seconds, and the bytes
 # they wrote into partition files that tasks of a later stage read from many tasks at once (the
-# shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard)
+# shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard), the
+# largest peak resident MB of a task's process and the most a task raised it above its start
 profile: Dict[str, Dict[str, float]] = {}
-SHUFFLED = ("exact-*.npz", "band-*.npz", "drop.npy", "edges.npy", "train-*.npz", "val-*.npz")
+WORK_LAYOUT = 2   # in the name of a clean store's work directory: bumped when task outputs change form, so
+                  # a rerun never reuses an interrupted run's task outputs of another form (2: one file set
+                  # per read task, partitions by input size)
+SHUFFLED = ("exact-*.npy", "band-*.npy", "drop.npy", "edges.npy", "train-*.npz", "val-*.npz")
 
 
 # ---------------------------------------------------------------- running and committing tasks
@@ -87,13 +98,41 @@ def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
     if (final / DONE).is_file():          # done already (a retried task whose first try finished)
         return json.loads((final / DONE).read_text())
     with building(final) as tmp:
+        rss0 = _reset_peak_rss()
         cpu = time.process_time()
         record = work(tmp)
         record["cpu_s"] = round(time.process_time() - cpu, 4)     # this task's own cost (profile)
+        record["rss_mb"] = [round(rss0, 1), round(_peak_rss(), 1)]  # at its start, its peak (profile)
         record["shuffle_bytes"] = sum(f.stat().st_size for g in SHUFFLED for f in tmp.glob(g))
         _maybe_fail(stage, final.name)
         write_json_atomic(tmp / DONE, record)
     return record
+
+
+def _reset_peak_rss() -> float:
+    """This process's resident MB now, with its peak reset to it (Linux's clear_refs "5"), so the
+    peak read after a task is that task's own, not the worker's since it started; 0 elsewhere."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_mb("VmRSS")
+    except OSError:
+        return 0.0
+
+
+def _peak_rss() -> float:
+    try:
+        return _status_mb("VmHWM")
+    except OSError:
+        return 0.0
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence,
@@ -125,11 +164,15 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
             cost["tasks"] += 1
             cost["cpu_s"] += r.get("cpu_s", 0.0)
             cost["shuffle_bytes"] += r.get("shuffle_bytes", 0)
+            start, peak = r.get("rss_mb", (0.0, 0.0))
+            cost["peak_rss_mb"] = max(cost["peak_rss_mb"], peak)
+            cost["task_rss_mb"] = max(cost["task_rss_mb"], peak - start)     # what the task added
     return records
 
 
 def _cost(stage: str) -> Dict[str, float]:
-    return profile.setdefault(stage, dict.fromkeys(("tasks", "cpu_s", "wall_s", "shuffle_bytes"), 0))
+    keys = ("tasks", "cpu_s", "wall_s", "shuffle_bytes", "peak_rss_mb", "task_rss_mb")
+    return profile.setdefault(stage, dict.fromkeys(keys, 0))
 
 
 def sweep_work(work_root: Path) -> None:
@@ -177,6 +220,8 @@ class ReadTask:
     val_fraction: float
     byte_range: Optional[tuple] = None     # (start, stop) of the one .jsonl file: lines starting there
     lsh: Optional[dict] = None             # near dedup on: dedup.lsh_params (shape, permutations)
+    parts: int = EXACT_PARTS               # hash partitions of the exact and the near stage
+    compiled: bool = False                 # words and MinHash by fasthash's kernels (same values)
 
 
 def read_split(t: ReadTask) -> Dict:
@@ -187,9 +232,13 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     from pretrain.data.clean import Cleaner
     from pretrain.data.dedup import MinHasher, band_keys
     from pretrain.data.docstore import DocStoreWriter
-    from pretrain.data.hashing import dedup_words, is_validation, words_digest
+    from pretrain.data.hashing import dedup_view, is_validation, words_digest
     from pretrain.data.sources import Drop, source_items
     clean, dedup = t.clean, t.dedup
+    if t.compiled:
+        from pretrain.data.fasthash import words_of
+    else:
+        words_of = dedup_view
     cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
     near = dedup["near"]
     hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
@@ -226,8 +275,8 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
             continue
         # The words digest is the exact-dedup identity and the held-out key of a document without
         # one of its own: skipped when neither needs it (dedup off, no held-out split).
-        words = dedup_words(text) if need_words or (need_digest and not item.key) else None
-        digest = words_digest(words) if words is not None else bytes(16)
+        words = words_of(text) if need_words or (need_digest and not item.key) else None
+        digest = words_digest(words.joined) if words is not None else bytes(16)
         writer.add(text, is_validation(item.key or digest, t.val_fraction))
         digests += digest
         chars.append(len(text))
@@ -235,7 +284,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         # before the near stage reads any band key: its signature is not computed.
         if hasher and not (dedup["exact"] and digest in earlier):
             signed.append(len(chars) - 1)
-            keys.append(band_keys(hasher.signature(words), bands, width))
+            keys.append(band_keys(hasher.signature_of(words, t.compiled), bands, width))
         if dedup["exact"]:
             earlier.add(digest)
     writer.close()
@@ -244,21 +293,45 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     np.save(tmp / "chars.npy", np.asarray(chars, np.int64))
     if dedup["exact"] and n:
         d = np.frombuffer(bytes(digests), np.uint8).reshape(n, 16)
-        part = d[:, 0] % EXACT_PARTS
-        for p in range(EXACT_PARTS):
-            sel = part == p
-            if sel.any():
-                np.savez(tmp / f"exact-{p}.npz", index=index[sel], digest=d[sel])
+        _save_parts(tmp, "exact", d[:, :8].copy().view("<u8")[:, 0] % np.uint64(t.parts), t.parts,
+                    index=index, digest=d)
     if near and n:
         m, index = len(signed), np.asarray(signed, np.int64)
-        keys = np.asarray(keys, np.uint64).reshape(m, bands)
-        for q in range(BAND_PARTS):
-            cols = [b for b in range(bands) if b % BAND_PARTS == q]
-            if cols:
-                np.savez(tmp / f"band-{q}.npz", index=np.repeat(index, len(cols)),
-                         band=np.tile(np.asarray(cols, np.int16), m), key=keys[:, cols].reshape(-1))
+        key = np.asarray(keys, np.uint64).reshape(-1)        # document-major: m x bands
+        _save_parts(tmp, "band", key % np.uint64(t.parts), t.parts, index=np.repeat(index, bands),
+                    band=np.tile(np.arange(bands, dtype=np.int16), m), key=key)
     return {"in": seen, "candidates": n, "dropped": dict(dropped),
             "split_for_length": {"documents": split_docs, "extra_pieces": extra}}
+
+
+def partitions(input_bytes: int) -> int:
+    """Hash partitions of the exact and near stages: 8 up to PART_BYTES of input, doubling with it."""
+    n = EXACT_PARTS
+    while n * PART_BYTES < input_bytes:
+        n *= 2
+    return n
+
+
+def _save_parts(tmp: Path, name: str, part: np.ndarray, parts: int, **columns: np.ndarray) -> None:
+    """Columns sorted by partition, one .npy each, and the partitions' offsets: a partition task
+    reads only its slice (memory-mapped), and a read task writes a fixed number of files however
+    many partitions there are."""
+    order = np.argsort(part, kind="stable")
+    for col, values in columns.items():
+        np.save(tmp / f"{name}-{col}.npy", values[order])
+    np.save(tmp / f"{name}-offsets.npy", np.searchsorted(part[order], np.arange(parts + 1, dtype=np.uint64)))
+
+
+def _load_part(read_dir: str, name: str, part: int, *columns: str) -> Optional[List[np.ndarray]]:
+    """Partition `part` of a read task's columns, or None when it has none."""
+    d = Path(read_dir)
+    if not (d / f"{name}-offsets.npy").is_file():
+        return None
+    offsets = np.load(d / f"{name}-offsets.npy")
+    a, b = int(offsets[part]), int(offsets[part + 1])
+    if a == b:
+        return None
+    return [np.array(np.load(d / f"{name}-{c}.npy", mmap_mode="r")[a:b]) for c in columns]
 
 
 @dataclass
@@ -267,6 +340,7 @@ class PartTask:
     part: int
     read_dirs: List[str]
     exact_dir: str = ""
+    parts: int = EXACT_PARTS
 
 
 def exact_part(t: PartTask) -> Dict:
@@ -276,11 +350,10 @@ def exact_part(t: PartTask) -> Dict:
 def _exact_part(t: PartTask, tmp: Path) -> Dict:
     gids, digests = [np.zeros(0, np.int64)], [np.zeros((0, 16), np.uint8)]
     for split, d in enumerate(t.read_dirs):
-        f = Path(d) / f"exact-{t.part}.npz"
-        if f.is_file():
-            z = np.load(f)
-            gids.append(_gid(split, z["index"]))
-            digests.append(z["digest"])
+        got = _load_part(d, "exact", t.part, "index", "digest")
+        if got is not None:
+            gids.append(_gid(split, got[0]))
+            digests.append(got[1])
     gid, dig = np.concatenate(gids), np.concatenate(digests)
     halves = dig.view(np.uint64).reshape(-1, 2) if len(dig) else np.zeros((0, 2), np.uint64)
     order = np.lexsort((gid, halves[:, 1], halves[:, 0]))
@@ -297,17 +370,16 @@ def near_part(t: PartTask) -> Dict:
 
 
 def _near_part(t: PartTask, tmp: Path) -> Dict:
-    exact = _drops(Path(t.exact_dir), EXACT_PARTS)
+    exact = _drops(Path(t.exact_dir), t.parts)
     gids, bands, keys = [np.zeros(0, np.int64)], [np.zeros(0, np.int16)], [np.zeros(0, np.uint64)]
     for split, d in enumerate(t.read_dirs):
-        f = Path(d) / f"band-{t.part}.npz"
-        if f.is_file():
-            z = np.load(f)
-            g = _gid(split, z["index"])
+        got = _load_part(d, "band", t.part, "index", "band", "key")
+        if got is not None:
+            g = _gid(split, got[0])
             keep = ~np.isin(g, exact)
             gids.append(g[keep])
-            bands.append(z["band"][keep])
-            keys.append(z["key"][keep])
+            bands.append(got[1][keep])
+            keys.append(got[2][keep])
     gid, band, key = np.concatenate(gids), np.concatenate(bands), np.concatenate(keys)
     order = np.lexsort((gid, key, band))
     gid, band, key = gid[order], band[order], key[order]
@@ -324,6 +396,7 @@ def _near_part(t: PartTask, tmp: Path) -> Dict:
 class ComponentsTask:
     out: str
     near_dir: str
+    parts: int = BAND_PARTS
 
 
 def components(t: ComponentsTask) -> Dict:
@@ -333,7 +406,7 @@ def components(t: ComponentsTask) -> Dict:
 def _components(t: ComponentsTask, tmp: Path) -> Dict:
     """Union-find over the candidate pairs (duplicates only: small next to the corpus); every
     component keeps its lowest id, the rest are near duplicates."""
-    parts = [np.load(Path(t.near_dir) / str(q) / "edges.npy") for q in range(BAND_PARTS)
+    parts = [np.load(Path(t.near_dir) / str(q) / "edges.npy") for q in range(t.parts)
              if (Path(t.near_dir) / str(q) / "edges.npy").is_file()]
     edges = np.unique(np.concatenate(parts), axis=0) if parts else np.zeros((0, 2), np.int64)
     parent: Dict[int, int] = {}
@@ -360,6 +433,7 @@ class FinalTask:
     read_dir: str
     exact_dir: str
     near_dir: str
+    parts: int = EXACT_PARTS
 
 
 def final_split(t: FinalTask) -> Dict:
@@ -375,7 +449,7 @@ def _final_split(t: FinalTask, tmp: Path) -> Dict:
     keep = np.ones(len(ends), bool)
     counts_ = {}
     for reason, d in (("exact_duplicate", t.exact_dir), ("near_duplicate", t.near_dir)):
-        drop = _drops(Path(d), EXACT_PARTS) if reason == "exact_duplicate" else \
+        drop = _drops(Path(d), t.parts) if reason == "exact_duplicate" else \
             (np.load(Path(d) / "drop.npy") if (Path(d) / "drop.npy").is_file() else np.zeros(0, np.int64))
         mine = (drop[(drop >= lo) & (drop < hi)] - lo).astype(np.int64)
         keep[mine] = False
@@ -429,21 +503,27 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     check_settings(dedup)
     splits = _splits(src.files, src.builtin)
     lsh = lsh_params(dedup) if dedup["near"] else None
+    in_bytes = sum(f.stat().st_size for f in src.files if f.is_file())
+    workers = max(1, int(getattr(cfg, "workers", 1) or 1))
+    compiled = in_bytes / workers >= COMPILED_MIN_BYTES * (1 if dedup["near"] else 4)
+    parts = partitions(in_bytes)
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
-                      float(cfg.val_fraction), r, lsh) for i, (f, b, r) in enumerate(splits)]
+                      float(cfg.val_fraction), r, lsh, parts=parts, compiled=compiled)
+             for i, (f, b, r) in enumerate(splits)]
     read_recs = run_stage(engine, "read", work / "read", read_split, reads)
     read_dirs = [t.out for t in reads]
     exact_dir, near_dir, comp_dir = work / "exact", work / "near", work / "components"
     if dedup["exact"]:
         run_stage(engine, "exact", exact_dir, exact_part,
-                  [PartTask(str(exact_dir / str(p)), p, read_dirs) for p in range(EXACT_PARTS)])
+                  [PartTask(str(exact_dir / str(p)), p, read_dirs, "", parts) for p in range(parts)])
     if dedup["near"]:
         run_stage(engine, "near", near_dir, near_part,
-                  [PartTask(str(near_dir / str(q)), q, read_dirs, str(exact_dir)) for q in range(BAND_PARTS)])
+                  [PartTask(str(near_dir / str(q)), q, read_dirs, str(exact_dir), parts)
+                   for q in range(parts)])
         run_stage(engine, "components", comp_dir, components,
-                  [ComponentsTask(str(comp_dir / "0"), str(near_dir))])
+                  [ComponentsTask(str(comp_dir / "0"), str(near_dir), parts)])
     finals = [FinalTask(str(work / "final" / f"{i:05d}"), i, read_dirs[i], str(exact_dir),
-                        str(comp_dir / "0"))
+                        str(comp_dir / "0"), parts)
               for i in range(len(splits))]
     final_recs = run_stage(engine, "final", work / "final", final_split, finals)
     t1 = time.perf_counter()

@@ -1,0 +1,161 @@
+"""Compiled kernels (numba) of the dedup view of a document: its words and its MinHash signature.
+
+Bit-identical to the pure-Python definitions they replace (hashing.dedup_words, zlib.crc32 of each
+word shingle, dedup.MinHasher's MurmurHash3 pre-mix and affine permutations; tests/
+test_data_units.py compares them), so the kept set and the cache keys do not change. They cost
+about a tenth of the Python and numpy versions, whose per-shingle and per-document overheads made
+near dedup cost as much CPU as tokenizing the same text.
+
+Compiled on first use in a process (cached on disk by numba, so later processes only load it).
+"""
+import numpy as np
+from numba import njit
+
+from pretrain.data.hashing import Words, dedup_view
+
+_POLY = np.uint32(0xEDB88320)
+
+
+def _crc_table() -> np.ndarray:
+    table = np.zeros(256, np.uint32)
+    for i in range(256):
+        c = np.uint32(i)
+        for _ in range(8):
+            c = (c >> np.uint32(1)) ^ _POLY if c & np.uint32(1) else c >> np.uint32(1)
+        table[i] = c
+    return table
+
+
+CRC_TABLE = _crc_table()
+
+
+def _lower_table() -> np.ndarray:
+    """For each code point of the basic multilingual plane, what hashing.dedup_words makes of it:
+    its lower-case code point when that is a \\w character, -1 when it is not one (a separator), -2
+    when lowering is not one code point to one or depends on context (final sigma; surrogates):
+    such a document takes the Python path."""
+    import re
+    word = re.compile(r"\w")
+    table = np.full(0x10000, -1, np.int32)
+    for cp in range(0x10000):
+        ch = chr(cp)
+        low = ch.lower()
+        if len(low) != 1 or ch == "\u03a3" or 0xD800 <= cp < 0xE000:
+            table[cp] = -2
+        elif word.match(low):
+            table[cp] = ord(low)
+    return table
+
+
+@njit(cache=True, nogil=True)
+def utf8_words(text, table, out, starts, ends):
+    """The lower-cased \\w+ words of a UTF-8 text (bytes), joined by single spaces into `out`
+    (UTF-8); each word's [start, end) in `out` into starts/ends. Returns (bytes used, words), or
+    (-1, 0) when a character needs the Python path (see _lower_table)."""
+    n_out = 0
+    n_words = 0
+    in_word = False
+    i = 0
+    n = len(text)
+    while i < n:
+        c = np.int64(text[i])
+        if c < 0x80:
+            cp = c
+            i += 1
+        elif c < 0xE0:
+            cp = ((c & 0x1F) << 6) | (np.int64(text[i + 1]) & 0x3F)
+            i += 2
+        elif c < 0xF0:
+            cp = ((c & 0x0F) << 12) | ((np.int64(text[i + 1]) & 0x3F) << 6) | (np.int64(text[i + 2]) & 0x3F)
+            i += 3
+        else:
+            return -1, 0
+        low = table[cp]
+        if low == -2:
+            return -1, 0
+        if low >= 0:
+            if not in_word:
+                if n_words:
+                    out[n_out] = 32
+                    n_out += 1
+                starts[n_words] = n_out
+                in_word = True
+            if low < 0x80:
+                out[n_out] = low
+                n_out += 1
+            elif low < 0x800:
+                out[n_out] = 0xC0 | (low >> 6)
+                out[n_out + 1] = 0x80 | (low & 0x3F)
+                n_out += 2
+            else:
+                out[n_out] = 0xE0 | (low >> 12)
+                out[n_out + 1] = 0x80 | ((low >> 6) & 0x3F)
+                out[n_out + 2] = 0x80 | (low & 0x3F)
+                n_out += 3
+        elif in_word:
+            ends[n_words] = n_out
+            n_words += 1
+            in_word = False
+    if in_word:
+        ends[n_words] = n_out
+        n_words += 1
+    return n_out, n_words
+
+
+@njit(cache=True, nogil=True)
+def signatures(data, starts, ends, doc_words, shingle, table, a, b, out):
+    """MinHash of each document d, into out[d]: words doc_words[d] .. doc_words[d + 1] - 1, each
+    data[starts[w]:ends[w]], joined by one byte between words (as `data` holds them); a shingle is
+    n consecutive words (all of them when fewer), hashed with crc32, pre-mixed with MurmurHash3's
+    32-bit finalizer, then min over shingles of (a * h + b) mod 2**32 per permutation."""
+    num_perm = len(a)
+    mask = np.uint64(0xFFFFFFFF)
+    for d in range(len(doc_words) - 1):
+        lo, hi = doc_words[d], doc_words[d + 1]
+        nw = hi - lo
+        sig = out[d]
+        for p in range(num_perm):
+            sig[p] = np.uint32(0xFFFFFFFF)
+        count = max(1, nw - shingle + 1)
+        for k in range(count):
+            crc = np.uint32(0xFFFFFFFF)
+            if nw:
+                s, e = starts[lo + k], ends[min(lo + k + shingle, hi) - 1]
+                for i in range(s, e):
+                    crc = table[(crc ^ data[i]) & np.uint32(0xFF)] ^ (crc >> np.uint32(8))
+            h = np.uint64(crc ^ np.uint32(0xFFFFFFFF))
+            h ^= h >> np.uint64(16)
+            h = (h * np.uint64(0x85EBCA6B)) & mask
+            h ^= h >> np.uint64(13)
+            h = (h * np.uint64(0xC2B2AE35)) & mask
+            h ^= h >> np.uint64(16)
+            h32 = np.uint32(h)
+            for p in range(num_perm):
+                v = np.uint32(a[p] * h32 + b[p])
+                if v < sig[p]:
+                    sig[p] = v
+
+
+_TABLE: list = []
+
+
+def words_of(text: str) -> Words:
+    """The compiled scan of the text's UTF-8 bytes; hashing.dedup_words itself for a text with a
+    character beyond it (see _lower_table: outside the basic multilingual plane, final sigma)."""
+    if not _TABLE:
+        _TABLE.append(_lower_table())
+    data = np.frombuffer(text.encode(), np.uint8)
+    out = np.empty(3 * len(data), np.uint8)     # a lowered character may take 3 bytes for 2
+    starts, ends = np.empty(len(data) // 2 + 1, np.int64), np.empty(len(data) // 2 + 1, np.int64)
+    used, n = utf8_words(data, _TABLE[0], out, starts, ends)
+    if used >= 0:
+        return Words(out[:used].tobytes(), starts[:n], ends[:n])
+    return dedup_view(text)
+
+
+def signature(words: Words, shingle: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The document's MinHash (uint32[len(a)]), as dedup.MinHasher.signature computes it."""
+    out = np.empty((1, len(a)), np.uint32)
+    signatures(np.frombuffer(words.joined, np.uint8), words.starts, words.ends,
+               np.array([0, len(words)], np.int64), shingle, CRC_TABLE, a, b, out)
+    return out[0]

@@ -1,0 +1,48 @@
+"""The data benchmark's corpora (pretrain.bench.corpora) and a smoke run of the benchmark itself."""
+import random
+import subprocess
+import sys
+
+import pytest
+
+from pretrain.bench import corpora
+from tests.conftest import python_env
+
+PAGE = "Title of the page\n\n" + "\n\n".join(
+    " ".join(f"w{p}x{i}" for i in range(150)) for p in range(4))
+
+
+def test_near_copies_edit_words_or_reorder_paragraphs():
+    rng = random.Random(0)
+    edited = corpora._word_edit(PAGE, rng)
+    assert edited != PAGE
+    assert abs(len(edited.split(" ")) - len(PAGE.split(" "))) <= len(PAGE.split(" ")) // 100
+    moved = corpora._reorder(PAGE, rng)
+    assert moved != PAGE and sorted(moved.split("\n\n")) == sorted(PAGE.split("\n\n"))
+    assert moved.split("\n\n")[0] == "Title of the page"
+    for kind in corpora.KINDS.values():
+        assert 0 <= kind.exact + kind.words + kind.reorder < 1
+
+
+@pytest.mark.slow    # builds the stdlib's prose model (~5 s)
+def test_corpora_are_deterministic_and_short_docs_stay_under_1_kb():
+    a, b = corpora.documents("short-dup", 0.2), corpora.documents("short-dup", 0.2)
+    assert a == b
+    assert max(len(d.encode()) for d in a) < 1024
+    dups = len(a) - len(set(a))
+    assert 0.3 < dups / len(a) < 0.6          # the exact copies (45%; a few drawn twice)
+    long = corpora.documents("long-unique", 0.3)
+    assert 3000 < sum(len(d.encode()) for d in long) / len(long) < 9000
+
+
+@pytest.mark.slow    # ~60 s: every kind end to end (tiny corpora), plus the memory table
+def test_bench_data_quick_runs_every_kind(tmp_path, data_cache):
+    proc = subprocess.run([sys.executable, "-m", "pretrain.bench.data", "--quick", "--scale", "1,2",
+                           "--scale-mb", "0.2"], cwd=tmp_path, env=python_env(data_cache),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for kind in corpora.KINDS:
+        assert f"=== {kind}:" in out
+    assert "local, dedup off" in out and "end to end / raw encode" in out
+    assert "peak resident MB of a task's process" in out
