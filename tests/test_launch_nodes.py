@@ -133,7 +133,7 @@ def test_a_stopped_rank_is_caught_by_its_peers_watchdog_and_every_node_restarts(
     print(f"\nrank 1 stopped: detected {restart['failed_at'] - stopped['at']:.2f} s later (watchdog 10 s), "
           f"first step after {first_step:.2f} s, {restart['steps_lost']} steps lost")
     assert restart["exit"] == 75 and "watchdog" in restart["cause"]
-    assert not tree._alive(stopped["pid"])
+    assert not tree.alive(stopped["pid"])
     assert losses(run) == reference["losses"]
     ranks = status(run)
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
