@@ -50,3 +50,28 @@ def test_a_scheduler_that_could_not_bind_is_a_failure_naming_its_port(tmp_path):
     (tmp_path / "scheduler.exit").write_text(json.dumps(report))
     failure = scheduler_failed(tmp_path)
     assert failure.cause == "scheduler" and "scheduler on port 8118 failed at once" in failure.message
+
+
+def test_a_phase_loss_log_of_mindformers_engine_counts_as_progress(tmp_path):
+    progress = Progress(tmp_path, RES)
+    progress.restart()
+    progress.started -= 2000   # past the first-step timeout, but a step was logged since the start
+    log = tmp_path / "mindformers" / "general" / "losses.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text('{"step": 1}\n')
+    assert progress.stalled() is None
+    old = time.time() - 131
+    os.utime(log, (old, old))
+    assert "no new step in 130 s" in progress.stalled().message
+
+
+def test_the_compile_cache_is_one_per_config_less_the_port_and_a_users_own_setting_wins(tmp_path):
+    from pretrain.launch import compile_cache
+    cfg = OmegaConf.create({"parallel": {"dp": 2}, "hardware": {"master_port": 1, "master_addr": "a"}})
+    moved = OmegaConf.merge(cfg, {"hardware": {"master_port": 2, "master_addr": "b"}})
+    shrunk = OmegaConf.merge(cfg, {"parallel": {"dp": 1}})
+    env = compile_cache.env(cfg, tmp_path, {})
+    assert env["MS_COMPILER_CACHE_ENABLE"] == "1"
+    assert env == compile_cache.env(moved, tmp_path, {}) != compile_cache.env(shrunk, tmp_path, {})
+    assert env["MS_COMPILER_CACHE_PATH"].startswith(str(tmp_path.resolve() / "compile_cache"))
+    assert compile_cache.env(cfg, tmp_path, {"MS_COMPILER_CACHE_ENABLE": "0"}) == {}

@@ -12,6 +12,7 @@ Needs root (network namespaces).
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def test_a_stopped_rank_is_caught_by_its_peers_watchdog_and_every_node_restarts(
     print(f"\nrank 1 stopped: detected {restart['failed_at'] - stopped['at']:.2f} s later (watchdog 10 s), "
           f"first step after {first_step:.2f} s, {restart['steps_lost']} steps lost")
     assert restart["exit"] == 75 and "watchdog" in restart["cause"]
-    assert not tree._alive(stopped["pid"])
+    assert not tree.alive(stopped["pid"])
     assert losses(run) == reference["losses"]
     ranks = status(run)
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
@@ -184,3 +185,73 @@ def test_a_node_killed_each_time_it_returns_is_left_out_and_the_job_finishes_on_
     s = shrink["resume_step"]
     before = {k: v for k, v in reference["losses"].items() if k <= s}
     assert {k: v for k, v in mine.items() if k <= s} == before
+
+
+def test_a_corrupt_newest_checkpoint_the_restart_falls_back_to_the_previous_verified_one(cli, reference):
+    """Bytes of the newest checkpoint flipped, then node 1 killed: the restarted ranks find its
+    sha256 differs from its manifest, quarantine it (a `fallback` event) and resume from the one
+    before; the steps since that one run again and the run ends as if uninterrupted."""
+    from pretrain.bench.chaos import corrupt_newest
+    run = cli.cwd / "corrupt"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
+    corrupted = None
+    while proc.poll() is None and corrupted is None:
+        time.sleep(0.05)
+        if len(train_steps(run)) >= 8:
+            last = max(train_steps(run))
+            corrupted = corrupt_newest(run / "checkpoints")
+            if corrupted is None:
+                continue
+            for pid in node_tree(run, 1)[1]:
+                tree.sigkill(pid)
+    cli.finish(proc)
+    (restart,) = events(run, "restart")
+    (fallback,) = events(run, "fallback")
+    (resumed,) = events(run, "resume")
+    print(f"\nnewest checkpoint (step {corrupted}) corrupt: resumed from step {resumed['step']}, "
+          f"{last - resumed['step']} steps lost (the controller counted from the newest: "
+          f"{restart['steps_lost']})")
+    assert fallback["step"] == corrupted and "sha256" in fallback["reason"]
+    assert resumed["step"] < corrupted and fallback["resumes_from"] == Path(resumed["path"]).name
+    assert (run / "checkpoints" / "quarantine" / f"step_{corrupted:08d}").is_dir()
+    assert losses(run) == reference["losses"]
+    ranks = status(run)
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+
+
+def test_disk_full_during_a_save_stops_the_run_with_one_line_and_the_same_command_resumes(cli, reference):
+    """The checkpoints on a 128 MB tmpfs of their own, filled after a few saves: the next save fails
+    with ENOSPC, nothing half-written is published (every checkpoint left verifies, no temporary
+    directory stays), and the run stops with one `error:` line and exit 2, which a restart cannot
+    help (the controller does not retry it). Space freed, the same command resumes and the run
+    ends as if uninterrupted."""
+    from pretrain.bench.chaos import BALLAST, checkpoint_fs, fill
+    from pretrain.resilience.checkpoint import CheckpointManager, verify
+    run = cli.cwd / "diskfull"
+    ckpts = checkpoint_fs(run, size_mb=128)   # room for the run's 10 checkpoints of ~7 MB
+    try:
+        proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
+        filled = None
+        while proc.poll() is None and filled is None:
+            time.sleep(0.05)
+            if len(train_steps(run)) >= 7:
+                filled = {"at": max(train_steps(run)), "bytes": fill(ckpts)}
+        proc.wait(timeout=600)
+        out = cli.out.read_text(errors="replace")
+        assert proc.returncode == 2, out[-3000:]
+        (line,) = [ln for ln in out.splitlines() if ln.startswith("error:")]
+        assert "No space left on device" in line and "nothing was published" in line, line
+        assert events(run, "restart") == []
+        print(f"\ndisk full at step {filled['at']}: {line[:300]}")
+        saved = CheckpointManager(ckpts, keep_latest=50, writer=False).list()
+        assert saved and all(verify(info.path) is None for info in saved)
+        assert not [p for p in ckpts.iterdir() if p.name.startswith(".tmp-")]
+        (ckpts / BALLAST).unlink()
+        cli.finish(cli.start(str(run), *NODES, "resilience.max_restarts=2"))
+    finally:
+        subprocess.run(["umount", "-l", str(ckpts)], check=False)
+    (resumed,) = events(run, "resume")
+    assert resumed["step"] == saved[0].step
+    assert losses(run) == reference["losses"]
+    ranks = status(run)
+    assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]

@@ -91,7 +91,9 @@ def test_slurm_submits_all_nodes_and_each_node_gets_its_rank(cli, tmp_path, stan
                  "SLURM_SUBMIT_DIR": str(tmp_path), "PHASES": "general"}   # as sbatch --export passes it
     subprocess.run(["bash", str(launch / "slurm.sbatch"), str(tmp_path / RUN)], env=slurm_env, cwd=tmp_path, check=True)
     nodes = [msrun_args(line) for line in calls()[1:]]
-    assert [a["node_rank"] for a in nodes] == [str(n) for n in range(8)]
+    # MindFormers' engine: one launch of every node per phase, in order
+    assert [a["node_rank"] for a in nodes] == [str(n) for n in range(8)] * 3
+    assert [line.split()[-1] for line in calls()[1:]] == ["general"] * 8 + ["reasoning"] * 8 + ["anneal"] * 8
     assert all(a["master_addr"] == "n-a" and a["worker_num"] == "64" and a["local_worker_num"] == "8" for a in nodes)
 
 

@@ -11,11 +11,12 @@ which dispatch on pretrain.config.validate.engine(cfg) (the layout decides: conf
 """
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -105,13 +106,51 @@ def complete_checkpoint_dir(ckpt_dir: Path, run_dir: Path, phase: str) -> Path:
 
 
 def newest_checkpoint_file(ckpt_dir: Path) -> Path:
+    """Rank 0's copy of the checkpoint MindFormers 1.9.0 resumes from (tools/resume_ckpt.py
+    get_info_from_meta): of every rank's meta.json, the oldest (epoch, step) - meta.json is
+    rewritten (atomically) only after that rank's file is complete (CheckpointMonitor: at once, or
+    when an async save finished), so a rank killed mid-save leaves its previous one named, and a
+    checkpoint counts only once every rank has it. Rank 0's decides which phase is finished, where
+    a phase resumes and the steps a restart loses, so all three agree with what MindFormers loads."""
     meta = ckpt_dir / "rank_0" / "meta.json"
     if not meta.is_file():
         raise PretrainRunError(
             f"{ckpt_dir}: no checkpoint to continue from (no rank_0/meta.json); train the "
             f"previous phase first"
         )
-    return ckpt_dir / "rank_0" / json.loads(meta.read_text())["last_ckpt_file"]
+    named = []
+    for rank_dir in ckpt_dir.glob("rank_*"):
+        try:
+            m = json.loads((rank_dir / "meta.json").read_text())
+            named.append(((int(m["last_epoch"]), int(m["last_step"])), str(m["last_ckpt_file"])))
+        except (OSError, ValueError, KeyError, TypeError):  # MindFormers skips those too
+            continue
+    name = min(named)[1] if named else json.loads(meta.read_text())["last_ckpt_file"]
+    return ckpt_dir / "rank_0" / re.sub(r"_rank_\d+", "_rank_0", name)
+
+
+def unfinished(cfg: DictConfig, run_dir: Path, names: Optional[List[str]] = None) -> List[str]:
+    """The phases (of `names`, default all of the run's) whose own newest checkpoint is short of
+    the phase's steps, in order: a finished phase is never trained again (its final checkpoint
+    starts the next)."""
+    exported = engine_phases.export_phases(cfg, run_dir)
+    names = list(exported) if names is None else names
+    return [n for n in names if newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, n))
+            < int(exported[n]["pretrain_phase"]["steps"])]
+
+
+def steps_lost(cfg: DictConfig, run_dir: Path) -> Tuple[Optional[int], Optional[int]]:
+    """(last step the phase in progress logged, the step its restart resumes from), in the phase's
+    own steps (PretrainLossLog's): the steps between them train again. (None, None) when every
+    phase is finished."""
+    from pretrain.engine.callbacks import read_log
+
+    todo = unfinished(cfg, run_dir)
+    if not todo:
+        return None, None
+    logged = [int(r["step"]) for r in read_log(run_dir, todo[0])]
+    return (max(logged) if logged else None), newest_checkpoint_step(
+        engine_phases.checkpoint_dir(run_dir, todo[0]))
 
 
 def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
@@ -165,13 +204,7 @@ def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
                 f"phase {only!r} is not a phase of the run in {run_dir} ({', '.join(names)})"
             )
         names = [only]
-    exported = engine_phases.export_phases(cfg, run_dir)
-    todo = [
-        n
-        for n in names
-        if newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, n))
-        < int(exported[n]["pretrain_phase"]["steps"])
-    ]  # a done phase's final checkpoint starts the next
+    todo = unfinished(cfg, run_dir, names)  # a done phase's final checkpoint starts the next
     results = []
     if len(todo) > 1:
         # MindFormers 1.9.0 builds one Trainer per process: a second one fails on its module-level state

@@ -70,11 +70,13 @@ def check_host(cfg: DictConfig) -> None:
 
 
 def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
-    """msrun on this host, once per engine launch; the run's measured throughput once it trained."""
-    from pretrain.launch import msrun
+    """msrun on this host, once per engine launch still to train, all under one restart budget;
+    the run's measured throughput once it trained."""
+    from pretrain.launch import msrun, supervise
     started = time.time()
-    for phase in engine_launches(cfg):
-        msrun.run_local(cfg, run_dir, phase)
+    budget = supervise.RestartBudget.of(cfg.resilience)
+    for phase in remaining_launches(cfg, run_dir):
+        msrun.run_local(cfg, run_dir, phase, budget=budget)
     summary = run_dir / "summary.json"   # rank 0 writes it when it finishes
     if not summary.is_file() or summary.stat().st_mtime < started:
         return {}
@@ -86,6 +88,16 @@ def engine_launches(cfg: DictConfig) -> List[Optional[str]]:
     engine, whose trainer runs once per process (pretrain/engine/mindformers.py)."""
     from pretrain.config.validate import engine, phases
     return [str(p.name) for p in phases(cfg)] if engine(cfg) == "mindformers" else [None]
+
+
+def remaining_launches(cfg: DictConfig, run_dir: Path) -> List[Optional[str]]:
+    """engine_launches less MindFormers' phases already finished (their final checkpoint is there):
+    what a start or a restart of the job still launches ([] : nothing left)."""
+    from pretrain.config.validate import engine
+    if engine(cfg) != "mindformers":
+        return [None]
+    from pretrain.engine.mindformers import unfinished
+    return list(unfinished(cfg, run_dir.resolve(), [p for p in engine_launches(cfg) if p]))
 
 
 def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> None:

@@ -13,6 +13,15 @@ tree, then starts the next generation from the newest verified checkpoint, withi
 resilience.max_restarts / restart_window (pretrain.launch.supervise), logging a `restart` event
 with the cause, node, exit and steps lost; a user error (exit 2) is not retried.
 
+MindFormers' engine (train.engine=mindformers) trains one phase per launch (its Trainer runs once
+per process): each generation starts the first phase not yet finished (its own newest checkpoint
+short of the phase's steps, pretrain.engine.mindformers.unfinished), so a finished phase never
+runs again, and one restart budget covers all phases. A relaunched phase resumes from its own
+newest checkpoint (pretrain.engine.mindformers.phase_config: load_checkpoint = the phase's
+checkpoint directory, resume_training, data skip); MindFormers 1.9.0 then loads the checkpoint
+every rank's meta.json names (the oldest of them: tools/resume_ckpt.py), and meta.json names a
+file only once it is complete.
+
 Where the nodes run:
 - `LocalNodes`: all on this host (hardware.nodes_on_this_host, e.g. hardware=cpu_2x1), each in a
   network namespace of its own (pretrain.launch.netns; why: there).
@@ -35,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import USER_ERRORS, PretrainRunError
-from pretrain.launch import msrun, supervise
+from pretrain.launch import compile_cache, msrun, remaining_launches, supervise
 from pretrain.launch.supervise import Failure
 from pretrain.launch.tree import TAG_ENV, kill_tagged, new_tag, sigkill
 from pretrain.resilience.orphan import LAUNCHER_ENV
@@ -213,10 +222,12 @@ class RemoteRanks(msrun.RankWatch):
 
 
 class Progress:
-    """No new line in metrics.jsonl for too long: a stuck job whose ranks cannot say so."""
+    """No new line in metrics.jsonl (our loop) or a phase's losses.jsonl (MindFormers' engine,
+    pretrain.engine.callbacks) for too long: a stuck job whose ranks cannot say so."""
 
     def __init__(self, run_dir: Path, res: DictConfig):
         self.path = run_dir / "metrics.jsonl"
+        self.phase_logs = run_dir / "mindformers"
         self.first_s = float(res.first_step_timeout_s) + STALL_MARGIN_S
         self.step_s = float(res.watchdog_timeout_s) + STALL_MARGIN_S
 
@@ -224,10 +235,13 @@ class Progress:
         self.started, self.seen = time.time(), self._mtime()
 
     def _mtime(self) -> float:
-        try:
-            return self.path.stat().st_mtime
-        except OSError:
-            return 0.0
+        newest = 0.0
+        for path in [self.path, *self.phase_logs.glob("*/losses.jsonl")]:
+            try:
+                newest = max(newest, path.stat().st_mtime)
+            except OSError:
+                pass
+        return newest
 
     def stalled(self) -> Optional[Failure]:
         now, mtime = time.time(), self._mtime()
@@ -254,24 +268,31 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
     progress = Progress(run_dir, res)
     started = time.time()
     stopping: List[int] = []
+    trained: List[str] = []   # MindFormers' phases this controller saw every rank finish
     previous = {sig: signal.signal(sig, _stop_handler(stopping, nodes, lambda: ranks))
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     try:
         with nodes:
             while True:
+                phases = [p for p in remaining_launches(cfg, run_dir) if p is None or p not in trained]
+                if not phases:   # MindFormers' engine: every phase finished
+                    return {"wall_s": time.time() - started}
                 port = free_port()
                 cfg = OmegaConf.merge(cfg, {"hardware": {"master_port": port}})
                 msrun._refreeze(cfg, run_dir)   # the ranks read the port they rendezvous on
-                failure = _generation(cfg, run_dir, nodes, ranks, progress, port)
+                failure = _generation(cfg, run_dir, nodes, ranks, progress, port, phases[0])
                 if failure is None:
                     if signal.SIGUSR1 in stopping and os.environ.get("SLURM_JOB_ID"):
                         _requeue(run_dir)
-                    return {"wall_s": time.time() - started}
+                    if stopping or phases[0] is None:
+                        return {"wall_s": time.time() - started}
+                    trained.append(phases[0])   # every rank ended it well: the next phase, a launch of its own
+                    continue
                 failed_at = time.time()
                 can_shrink = res.elastic and nodes.n > 1
                 if stopping or not failure.retryable or not (budget.allows() or can_shrink):
                     raise msrun._gave_up(failure, budget, res, stopping, shrink=not res.elastic)
-                last, resume_at = supervise.steps_lost(run_dir)
+                last, resume_at = supervise.steps_lost(run_dir, cfg)
                 lost = {"last_step": last, "resume_step": resume_at,
                         "steps_lost": None if last is None else last - (resume_at or 0)}
                 node = failure.rank // nodes.per_node if failure.rank >= 0 else _node_of(failure.message)
@@ -327,14 +348,18 @@ def _shrink(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch,
 
 
 def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch, progress: Progress,
-                port: int) -> Optional[Failure]:
+                port: int, phase: Optional[str]) -> Optional[Failure]:
+    """One start of every node, watched until every rank exited 0 (None) or one failed. `phase`:
+    MindFormers' engine trains one phase per generation (its ranks' exit files are then this
+    phase's alone), None: our loop, which chains the phases itself."""
     logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid"), logs / msrun.SCHEDULER_EXIT]:
         stale.unlink(missing_ok=True)
     ranks.new_launch(ranks.world)
     env = dict(os.environ)
-    env.update(MASTER_ADDR=nodes.master_addr, MASTER_PORT=str(port))
+    env.update(MASTER_ADDR=nodes.master_addr, MASTER_PORT=str(port), **compile_cache.env(cfg, run_dir, env))
+    env["PHASES"] = phase or ""   # msrun_node.sh's msrun(s): this phase's, or one for our loop
     print(f"launch: {nodes.n} nodes, master {nodes.master_addr}:{port} (node logs: {logs}/node_<r>.log)",
           flush=True)
     nodes.start(env, rundir.held_fd(run_dir))

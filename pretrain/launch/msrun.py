@@ -33,7 +33,7 @@ from pretrain.config import frozen
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.layout import ParallelLayout, num_devices
 from pretrain.io import write_atomic
-from pretrain.launch import supervise, tree
+from pretrain.launch import compile_cache, supervise, tree
 from pretrain.launch.console import ConsoleRelay
 from pretrain.launch.supervise import Failure
 from pretrain.resilience.events import EventLog
@@ -62,15 +62,17 @@ def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0, phase: Optional[
             "python", "-m", "pretrain.worker", str(run_dir), *([phase] if phase else [])]
 
 
-def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None) -> Dict[str, float]:
+def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None,
+              budget: Optional["supervise.RestartBudget"] = None) -> Dict[str, float]:
     """Run every rank on this host under msrun (in this directory, so the frozen config's relative
     paths mean what they meant here) and keep the job going through failures: a failed rank stops
     the launch at once and, within the restart budget, the job starts again from the newest
     verified checkpoint; past the budget, with resilience.elastic, without the rank that keeps
-    failing (pretrain.launch.supervise). Every restart and shrink is an event in events.jsonl."""
+    failing (pretrain.launch.supervise). Every restart and shrink is an event in events.jsonl.
+    `budget`: the job's, shared by the launches of its phases (MindFormers' engine), else this one's."""
     run_dir = run_dir.resolve()
     res = cfg.resilience
-    budget = supervise.RestartBudget.of(res)
+    budget = budget or supervise.RestartBudget.of(res)
     devices = list(range(ParallelLayout.from_config(cfg).devices))   # this host's devices the job runs on
     started = time.time()
     ranks = RankWatch(run_dir / "logs", len(devices))
@@ -89,7 +91,7 @@ def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None) -> Di
             failed_at = time.time()
             if stopping or not failure.retryable or not (budget.allows() or res.elastic):
                 raise _gave_up(failure, budget, res, stopping)
-            last, resume_at = supervise.steps_lost(run_dir)
+            last, resume_at = supervise.steps_lost(run_dir, cfg)
             lost = {"last_step": last, "resume_step": resume_at,
                     "steps_lost": None if last is None else last - (resume_at or 0)}
             if budget.allows():
@@ -128,6 +130,7 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
     for stale in [*logs.glob("rank_*.exit"), *logs.glob("rank_*.pid"), logs / SCHEDULER_EXIT]:
         stale.unlink(missing_ok=True)
     env = dict(os.environ)
+    env.update(compile_cache.env(cfg, run_dir, env))   # a restart's ranks skip their compile
     # msrun starts `python` from PATH: make it this interpreter.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env[LAUNCHER_ENV] = str(os.getpid())   # the ranks stop when this launcher dies (resilience.orphan)

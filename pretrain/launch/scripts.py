@@ -47,7 +47,8 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
             f"export WORKER_NUM={world} LOCAL_WORKER_NUM={per_node} NODE_RANK={node}\n"
             f"export MASTER_ADDR=${{MASTER_ADDR:-{hw.master_addr}}} MASTER_PORT=${{MASTER_PORT:-{hw.master_port}}}\n"
             f"export CLUSTER_TIME_OUT={CLUSTER_TIME_OUT_S}\n"
-            f"export PHASES={shlex.quote(' '.join(phase_launches(cfg)))}   # one msrun per phase (engine mindformers)\n"
+            # one msrun per phase (engine mindformers); the job controller names the one it starts
+            f"export PHASES=${{PHASES-{shlex.quote(' '.join(phase_launches(cfg)))}}}\n"
             f"cd {workdir}   # the frozen config's relative paths are relative to the launch directory\n"
             f'exec bash "$(dirname "$(readlink -f "$0")")/msrun_node.sh" {shlex.quote(str(run_dir))}\n')
         script.chmod(0o755)

@@ -101,8 +101,14 @@ def with_dp(cfg: DictConfig, dp: int) -> DictConfig:
     return out
 
 
-def steps_lost(run_dir: Path) -> Tuple[Optional[int], Optional[int]]:
-    """(last step the run logged, newest checkpoint's step): the steps between them train again."""
+def steps_lost(run_dir: Path, cfg: Optional[DictConfig] = None) -> Tuple[Optional[int], Optional[int]]:
+    """(last step the run logged, newest checkpoint's step): the steps between them train again.
+    MindFormers' engine (cfg given): those of the phase in progress, from its own loss log and
+    checkpoints (pretrain.engine.mindformers.steps_lost)."""
+    from pretrain.config.validate import engine
+    if cfg is not None and engine(cfg) == "mindformers":
+        from pretrain.engine.mindformers import steps_lost as phase_steps_lost
+        return phase_steps_lost(cfg, run_dir)
     from pretrain.resilience.checkpoint import CheckpointManager
     from pretrain.train.metrics import read_metrics
     metrics = run_dir / "metrics.jsonl"
