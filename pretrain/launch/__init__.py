@@ -11,12 +11,13 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 from omegaconf import DictConfig
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.layout import ParallelLayout
+from pretrain.launch import launches
 
 
 def in_process(cfg: DictConfig) -> bool:
@@ -36,7 +37,7 @@ def describe(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     from pretrain.config.validate import engine
     where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.loop"
     here = in_process(cfg)
-    for phase in ([None] if here else engine_launches(cfg)):
+    for phase in ([None] if here else launches.engine_launches(cfg)):
         print("would run:", f"in this process ({where})" if here
               else shlex.join(msrun.command(cfg, run_dir.resolve(), phase=phase)))
     return {}
@@ -75,29 +76,12 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     from pretrain.launch import msrun, supervise
     started = time.time()
     budget = supervise.RestartBudget.of(cfg.resilience)
-    for phase in remaining_launches(cfg, run_dir):
+    for phase in launches.remaining_launches(cfg, run_dir):
         msrun.run_local(cfg, run_dir, phase, budget=budget)
     summary = run_dir / "summary.json"   # rank 0 writes it when it finishes
     if not summary.is_file() or summary.stat().st_mtime < started:
         return {}
     return measured(json.loads(summary.read_text()))
-
-
-def engine_launches(cfg: DictConfig) -> List[Optional[str]]:
-    """One msrun launch for our loop (it chains the phases itself); one per phase for MindFormers'
-    engine, whose trainer runs once per process (pretrain/engine/mindformers.py)."""
-    from pretrain.config.validate import engine, phases
-    return [str(p.name) for p in phases(cfg)] if engine(cfg) == "mindformers" else [None]
-
-
-def remaining_launches(cfg: DictConfig, run_dir: Path) -> List[Optional[str]]:
-    """engine_launches less MindFormers' phases already finished (their final checkpoint is there):
-    what a start or a restart of the job still launches ([] : nothing left)."""
-    from pretrain.config.validate import engine
-    if engine(cfg) != "mindformers":
-        return [None]
-    from pretrain.engine.mindformers import unfinished
-    return list(unfinished(cfg, run_dir.resolve(), [p for p in engine_launches(cfg) if p]))
 
 
 def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> None:

@@ -44,7 +44,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import USER_ERRORS, PretrainRunError
-from pretrain.launch import compile_cache, msrun, remaining_launches, supervise
+from pretrain.launch import compile_cache, msrun, supervise
+from pretrain.launch.launches import remaining_launches
 from pretrain.launch.supervise import Failure
 from pretrain.launch.tree import TAG_ENV, kill_tagged, new_tag, sigkill
 from pretrain.resilience.orphan import LAUNCHER_ENV

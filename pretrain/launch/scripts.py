@@ -89,7 +89,7 @@ def data_overrides() -> List[str]:
 
 def phase_launches(cfg: DictConfig) -> List[str]:
     """The phases msrun_node.sh launches one by one ([] : one launch, our loop chains its phases)."""
-    from pretrain.launch import engine_launches
+    from pretrain.launch.launches import engine_launches
     return [p for p in engine_launches(cfg) if p]
 
 

@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     print(f"{len(loops)} import circle(s) between modules" + (":" if loops else ""))
     for loop in loops:
         print("  " + " <-> ".join(loop))
-    return 1 if bad else 0   # circles are reported; tests/test_layers.py holds the line on them
+    return 1 if bad or loops else 0
 
 
 if __name__ == "__main__":
