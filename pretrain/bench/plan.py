@@ -11,7 +11,8 @@
    each run, so no measured config calibrates another). plan.json holds what its launch planned,
    summary.json what it measured (median step after compile, peak host memory of rank 0).
 3. A table: planned and measured step time and process memory per config, their ratio, and whether
-   the step is within 15%; for dp2, the planned and measured gradient all-reduce ("ar"). Process wall time of each run is given too. Results go to OUT/results.json.
+   the step is within 15%; for dp2, the planned and measured gradient all-reduce ("ar"). Process
+   wall time of each run is given too. Results go to OUT/results.json.
 
 The configs: single device and dp2, sequence 64 and 128, global batch 8 and 16, on a model between the
 tests' shrunken one and tiny (hidden 128, 4 layers), so a step is compute, not only overhead.
@@ -79,7 +80,8 @@ def main(argv):
             summary = json.loads((run / "summary.json").read_text())
             measured, phase = summary["measured"], summary["phases"][0]["measured"]
             rows.append({"hardware": hardware, "seq": seq, "batch": batch, "planned_step_s": plan["step_s"],
-                         "measured_step_s": measured["step_s"], "planned_gb": plan["peak_gb"] + plan["framework_gb"],
+                         "measured_step_s": measured["step_s"],
+                         "planned_gb": plan["peak_gb"] + plan["framework_gb"],
                          "measured_gb": measured["memory_gb"], "wall_s": wall, "source": plan["calibration"],
                          "planned_comm_s": plan["comm"]["dp_s"], "measured_comm_s": phase.get("comm_s")})
             print(_line(rows[-1]), flush=True)

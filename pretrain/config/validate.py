@@ -119,7 +119,8 @@ def _ranges(cfg: DictConfig) -> Iterator[str]:
             yield from ranges.problems_of(cfg[key], kind, key)
     plist = phases(cfg)
     for ph in plist:
-        yield from ranges.problems_of(ph, schema.PhaseConfig, "phase" if len(plist) == 1 else f"phase.{ph.name}")
+        key = "phase" if len(plist) == 1 else f"phase.{ph.name}"
+        yield from ranges.problems_of(ph, schema.PhaseConfig, key)
 
 
 # ---------------------------------------------------------------- the config itself

@@ -287,7 +287,8 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
                         _requeue(run_dir)
                     if stopping or phases[0] is None:
                         return {"wall_s": time.time() - started}
-                    trained.append(phases[0])   # every rank ended it well: the next phase, a launch of its own
+                    # every rank ended it well: the next phase is a launch of its own
+                    trained.append(phases[0])
                     continue
                 failed_at = time.time()
                 can_shrink = res.elastic and nodes.n > 1

@@ -110,7 +110,8 @@ def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
         overhead, per_flop = line
     fixed, scale = max(statistics.median(p.rss_gb - p.planned_gb for p in pts), 0.0), 1.0
     held = [p for p in pts if p.activations_gb > 0]   # points recorded before the split say nothing
-    line = _line([p.activations_gb for p in held], [p.rss_gb - (p.planned_gb - p.activations_gb) for p in held])
+    line = _line([p.activations_gb for p in held],
+                 [p.rss_gb - (p.planned_gb - p.activations_gb) for p in held])
     if line:
         fixed, scale = line
     return Calibration(hardware=hardware, overhead_s=overhead, flops_per_s=1.0 / per_flop, fixed_gb=fixed,

@@ -366,7 +366,8 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
                 hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
                 efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings),
                 engine=_engine_of(cfg), calibration=calibration.source if calibration else None,
-                framework_gb=_framework_gb(calibration, peak, lay) if str(_get(hw, "device")) == "cpu" else 0.0)
+                framework_gb=_framework_gb(calibration, peak, lay) if str(_get(hw, "device")) == "cpu"
+                else 0.0)
 
 
 def _graphs(lay: Layout) -> int:

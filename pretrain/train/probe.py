@@ -5,9 +5,10 @@ One process, the real MindFormers model and our compiled step, fed random token 
 sequence length: steps of one micro-batch of the composed size and of twice its rows, each after its
 compile and a warm-up step, so the fit separates the step's fixed cost from its compute. One update
 cell without accumulation buffers, as a run with one micro-batch per step has: a probe that
-accumulated timed the buffers' per-parameter passes too (the plan came out 30% slow). Seconds to a minute on CPU, mostly the two
-compiles. A data-parallel layout's step (two processes sharing the cores, the all-reduce) is not what
-one process measures: there the run records its own calibration (every run does).
+accumulated timed the buffers' per-parameter passes too (the plan came out 30% slow). Seconds to a
+minute on CPU, mostly the two compiles. A data-parallel layout's step (two processes sharing the
+cores, the all-reduce) is not what one process measures: there the run records its own calibration
+(every run does).
 """
 import statistics
 import time
@@ -63,9 +64,9 @@ def probe(cfg: Any) -> List[calibration.Point]:
             step.step(batches, 0.0)
             times.append(time.perf_counter() - started)
         shape = f"{calibration.shape_key(cfg)}-probe{micro}"
+        rss = peak_rss_gb() if cfg.hardware.device == "cpu" else 0.0
         points.append(calibration.new_point(shape, device_flops_per_step(probed), statistics.median(times),
-                                            peak_rss_gb() if cfg.hardware.device == "cpu" else 0.0,
-                                            states + held, held))
+                                            rss, states + held, held))
     for point in points:
         calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
     return points
