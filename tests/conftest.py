@@ -1,5 +1,6 @@
 """Shared fixtures: composed configs (cheap, no mindspore) and a CLI runner in tmp_path."""
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +17,12 @@ CONF = REPO / "conf"
 # MindFormers logs to $LOCAL_DEFAULT_PATH/log, else ./output/log (the checkout, for in-process imports
 # here); a run sets it to its own run dir (pretrain.model.builder.prepare_environment).
 os.environ.setdefault("LOCAL_DEFAULT_PATH", tempfile.mkdtemp(prefix="pretrain-tests-mindformers-"))
+# A suite started in the background by a non-interactive shell (`.ci/run &`, nohup) inherits SIGINT
+# ignored, and so would every process a test starts: the Ctrl-C tests would then signal processes that
+# rightly ignore it (pretrain.data.interrupt leaves an ignored SIGINT alone) and wait for ever. Python's
+# own handler here makes the children start with SIGINT at its default, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # The shrunken models every training test uses. SMALL_MODEL (pretrain.bench, which the benchmarks share):

@@ -112,8 +112,8 @@ def wait_for_workers(proc, cache, stage, timeout=300):
 
 
 def finish(proc, kids):
-    try:   # generous: CI at load 10 once took over 60 s (the stop itself is seconds)
-        _, err = proc.communicate(timeout=240)
+    try:
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
