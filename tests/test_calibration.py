@@ -43,7 +43,7 @@ def test_points_of_two_activation_sizes_fit_the_runtime_and_the_graphs_multiple(
         planned = plan(cfg, cal)
         acts = planned.peak.activations_gb + planned.peak.logits_gb
         assert planned.process_gb == pytest.approx(planned.peak_gb - acts + 1.0 + 12 * acts * graphs)
-        states, grows = memory_split_gb(cfg, planned)
+        states, grows = memory_split_gb(planned)
         assert (states, grows) == pytest.approx((planned.peak_gb - acts, acts * graphs))
     # points recorded before the split (no activations) leave the old rule: the median beyond the plan
     assert fit("cpu", [point(1e9, 0.3), *held[:1]]).activation_scale == 1.0

@@ -376,13 +376,13 @@ def _graphs(lay: Layout) -> int:
     return 2 if lay.micro_batches > 1 else 1
 
 
-def memory_split_gb(cfg: Any, plan_: "Plan") -> Tuple[float, float]:
+def memory_split_gb(plan_: "Plan") -> Tuple[float, float]:
     """(model states, activations and logits once per compiled training graph) of the peak stage:
     the part of a process's memory that stays and the part that grows with the micro-batch, as a
     calibration point records them."""
     peak = plan_.peak
     acts = peak.activations_gb + peak.logits_gb
-    return peak.total_gb - acts, acts * _graphs(_layout(cfg))
+    return peak.total_gb - acts, acts * _graphs(plan_.layout)
 
 
 def _framework_gb(calibration: Optional[Calibration], peak: StageMemory, lay: Layout) -> float:

@@ -112,7 +112,7 @@ def record_calibration(cfg: DictConfig, planned: Any, step_s: float) -> None:
     from pretrain.plan.planner import device_flops_per_step, memory_split_gb
 
     cpu = str(cfg.hardware.device) == "cpu"
-    states, held = memory_split_gb(cfg, planned)
+    states, held = memory_split_gb(planned)
     point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(cfg), step_s,
                                   measure.peak_rss_gb() if cpu else 0.0, states + held, held)
     calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)

@@ -53,7 +53,7 @@ def probe(cfg: Any) -> List[calibration.Point]:
     points, held = [], 0.0
     for micro in (1, 2):
         probed = one_micro_batch(cfg, micro * mb)   # what the planner computes for the shape timed
-        states, graph = memory_split_gb(probed, plan(probed))
+        states, graph = memory_split_gb(plan(probed))
         held += graph   # the process keeps each shape's compiled graph
         batches = [random_batch(micro * mb, seq, int(cfg.model.vocab_size), rng)]
         for _ in range(2):   # compiles (a new input shape), then warms up
