@@ -23,6 +23,12 @@ os.environ.setdefault("LOCAL_DEFAULT_PATH", tempfile.mkdtemp(prefix="pretrain-te
 # own handler here makes the children start with SIGINT at its default, as from a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# The test-only faults (tests/sitehooks/pretrain_faults.py) reach every process the suite starts
+# through sitecustomize on PYTHONPATH; they act only where a test sets their variables.
+SITEHOOKS = Path(__file__).resolve().parent / "sitehooks"
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SITEHOOKS), os.environ.get("PYTHONPATH")]))
+sys.path.insert(0, str(SITEHOOKS))
+import pretrain_faults  # noqa: E402  (the path above first)
 
 
 # The shrunken models every training test uses. SMALL_MODEL (pretrain.bench, which the benchmarks share):
@@ -124,3 +130,23 @@ def nothing_written_outside_tmp_dirs():
     ignored = {".pytest_cache", ".ruff_cache", "__pycache__"}
     new = sorted({p.name for p in REPO.iterdir()} - before - ignored)
     assert not new, f"the test session wrote {new} into {REPO}: write into tmp_path instead"
+
+
+@pytest.fixture
+def data_fail(monkeypatch):
+    """data_fail(spec) makes the data tasks matching spec fail (pretrain_faults.DATA_FAIL), in this
+    process and in every worker started after it; returns the undo (also done at the test's end)."""
+    undos = []
+
+    def fail(spec):
+        monkeypatch.setenv(pretrain_faults.DATA_FAIL, spec)
+        unwrap = pretrain_faults.install_data_fail(spec)
+
+        def undo():   # twice is harmless: it puts back the same original
+            monkeypatch.delenv(pretrain_faults.DATA_FAIL, raising=False)
+            unwrap()
+        undos.append(undo)
+        return undo
+    yield fail
+    for undo in reversed(undos):
+        undo()

@@ -30,6 +30,26 @@ def test_one_size_or_a_negative_fixed_cost_keeps_the_rate_alone():
     assert fit("cpu", []) is None
 
 
+def test_points_at_two_sequence_lengths_fit_how_the_rate_grows_with_the_sequence():
+    # 0.05 s a step, plus FLOPs at 1e10/s x (seq / 128) ** 0.5: shorter rows compute slower per FLOP
+    def timed(flops, seq, shape):
+        return Point(shape=shape, flops=flops, step_s=0.05 + flops / (1e10 * (seq / 128) ** 0.5), rss_gb=1.0,
+                     planned_gb=0.5, host="h", date="2026-12-03", seq=seq)
+    pts = [timed(1e9, 128, "a|s128-mb8"), timed(2e9, 128, "a|s128-mb16"), timed(0.45e9, 64, "a|s64-mb8")]
+    cal = fit("cpu", pts)
+    assert cal.overhead_s == pytest.approx(0.05) and cal.seq_exponent == pytest.approx(0.5)
+    assert cal.ref_seq == 128 and cal.flops_per_s == pytest.approx(1e10)
+    assert cal.step_s(0.9e9, 64) == pytest.approx(0.05 + 0.9e9 / (1e10 * 0.5 ** 0.5))
+    assert cal.step_s(1e9) == cal.step_s(1e9, 128)   # no length given: the rate at the reference
+    # FLOPs alone (one length) would plan the half-length step too fast by the rate's factor
+    one_length = fit("cpu", pts[:2])
+    assert one_length.seq_exponent == 0.0 and one_length.step_s(0.9e9, 64) < 0.9 * cal.step_s(0.9e9, 64)
+    # a point recorded before points kept their length: its shape key says it
+    old = Point(shape="a|s64-mb8-gb8-dp1-rcnone", flops=1.0, step_s=1.0, rss_gb=1.0, planned_gb=0.5, host="h",
+                date="2026-12-03")
+    assert calibration.seq_of(old) == 64 and calibration.seq_of(point(1e9, 0.3)) == 0
+
+
 def test_points_of_two_activation_sizes_fit_the_runtime_and_the_graphs_multiple(compose_many):
     # what a process held: 0.03 GB of model states, a 1.0 GB runtime, 12x each graph's activations
     held = [Point(shape=f"s{x}", flops=1e9 * (1 + k), step_s=0.5 + 0.1 * k, rss_gb=0.03 + 1.0 + 12 * x,
@@ -56,6 +76,17 @@ def test_a_later_point_of_the_same_shape_replaces_the_older(tmp_path):
     assert [(p.shape, p.step_s) for p in calibration.read_points(str(tmp_path), "cpu")] == [("b", 0.5), ("a", 0.4)]
     (tmp_path / "calibration" / "cpu.json").write_text("not json")
     assert calibration.read_points(str(tmp_path), "cpu") == []   # unreadable: the plan assumes again
+
+
+def test_each_engine_plans_from_its_own_points(compose_many, tmp_path):
+    ours = compose_many([f"data.cache_dir={tmp_path}"])
+    theirs = compose_many([f"data.cache_dir={tmp_path}", "train.engine=mindformers"])
+    assert calibration.shape_key(theirs) == calibration.shape_key(ours) + "-mindformers"
+    calibration.record(str(tmp_path), "cpu", point(1e9, 0.5, shape=calibration.shape_key(ours)))
+    assert calibration.load(theirs) is None   # MindFormers' graph is not ours: none of its own yet
+    calibration.record(str(tmp_path), "cpu", point(1e9, 2.0, shape=calibration.shape_key(theirs)))
+    assert calibration.load(ours).step_s(1e9) == pytest.approx(0.5)
+    assert calibration.load(theirs).step_s(1e9) == pytest.approx(2.0)
 
 
 def test_a_calibrated_plan_says_so_and_uses_the_fit(compose_many):

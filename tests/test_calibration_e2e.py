@@ -17,8 +17,10 @@ def test_a_probe_calibrates_the_plan_and_the_run_measures_beside_it(cli, tmp_pat
     assert "step time measured on" in probe.stdout and "process:" in probe.stdout, probe.stdout[-2000:]
     assert not (tmp_path / "output").exists()   # MindFormers' logs of the probe stay beside the calibration
     points = json.loads((tmp_path / "cache" / "calibration" / "cpu.json").read_text())
-    assert [p["shape"].rsplit("-", 1)[-1] for p in points] == ["probe1", "probe2"]
+    assert [p["shape"].split("-probe-")[-1] for p in points] == ["rows", "rows2", "half-seq"]
     assert points[1]["flops"] == 2 * points[0]["flops"] and all(p["step_s"] > 0 for p in points)
+    assert [p["seq"] for p in points] == [64, 64, 32]
+    assert points[2]["flops"] < points[0]["flops"] / 2   # half the rows' tokens, and shorter attention
 
     run = cli(*common, check=True)
     assert "planned / measured (measured on" in run.stdout, run.stdout[-2000:]
@@ -33,4 +35,4 @@ def test_a_probe_calibrates_the_plan_and_the_run_measures_beside_it(cli, tmp_pat
     assert plan["calibration"] == phase["planned"]["source"] and plan["measured"]["general"] == phase["measured"]
     assert plan["step_s"] == pytest.approx(phase["planned"]["step_s"])
     points = json.loads((tmp_path / "cache" / "calibration" / "cpu.json").read_text())
-    assert len(points) == 3 and points[-1]["step_s"] == pytest.approx(summary["measured"]["step_s"])
+    assert len(points) == 4 and points[-1]["step_s"] == pytest.approx(summary["measured"]["step_s"])

@@ -4,6 +4,7 @@ import itertools
 import pytest
 from omegaconf import OmegaConf
 
+from pretrain.config.phases import phases as phases_of
 from pretrain.config import validate
 from pretrain.config.errors import PretrainConfigError
 from pretrain.plan.verdict import verdict
@@ -19,7 +20,7 @@ def test_every_option_composes_with_the_defaults(compose_many, group, option):
     assert OmegaConf.missing_keys(cfg) == set()
     resolved = OmegaConf.to_container(cfg, resolve=True)   # every interpolation resolves
     if group == "phase":
-        assert [p.name for p in validate.phases(cfg)] == ([option] if option != "all" else
+        assert [p.name for p in phases_of(cfg)] == ([option] if option != "all" else
                                                           ["general", "reasoning", "anneal"])
     else:
         assert resolved[group]["name"] == option
@@ -74,11 +75,11 @@ def test_derived_values_come_from_resolvers(compose_many):
 
 def test_phase_lr_from_the_cli(compose_many):
     cfg = compose_many(["phase=reasoning", "phase.lr.peak=3e-5"])
-    (only,) = validate.phases(cfg)
+    (only,) = phases_of(cfg)
     assert only.name == "reasoning" and only.lr.peak == 3e-5
     cfg = compose_many(["phase.anneal.lr.end=2e-6"])
-    assert [p.name for p in validate.phases(cfg)] == ["general", "reasoning", "anneal"]
-    assert validate.phases(cfg)[2].lr.end == 2e-6
+    assert [p.name for p in phases_of(cfg)] == ["general", "reasoning", "anneal"]
+    assert phases_of(cfg)[2].lr.end == 2e-6
 
 
 def test_uneven_pipeline_split_is_accepted_when_explicit(compose_many):

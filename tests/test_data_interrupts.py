@@ -23,8 +23,6 @@ import pytest
 
 from pretrain.data.fsutil import _HOST, sweep_stale
 
-SITEHOOKS = Path(__file__).resolve().parent / "sitehooks"
-
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
 
@@ -81,8 +79,7 @@ def start(tmp_path, corpus, cache, *extra, module="pretrain.data", workers=2, ho
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     if hold:
         (tmp_path / "holds").mkdir(exist_ok=True)
-        env.update(PRETRAIN_TEST_HOLD=hold, PRETRAIN_TEST_HOLD_DIR=str(tmp_path / "holds"),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(SITEHOOKS), env.get("PYTHONPATH")])))
+        env.update(PRETRAIN_TEST_HOLD=hold, PRETRAIN_TEST_HOLD_DIR=str(tmp_path / "holds"))
     args = [sys.executable, "-m", module, "data=files", f"data.sources.general.paths=[{corpus}]",
             f"data.cache_dir={cache}", f"data.workers={workers}", *extra]
     if module == "pretrain.data":

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pretrain_faults
 import pytest
 
 from pretrain.data import prepare, stages
@@ -100,7 +101,7 @@ def test_ray_and_local_write_byte_identical_shards_and_manifests(corpus, local, 
                                                                   monkeypatch):
     # One Ray worker dies in the middle of the read stage (os._exit in a task): Ray retries the
     # task elsewhere, and the output is still the same.
-    monkeypatch.setenv(stages.FAIL_ENV, f"read/00002:exit:{tmp_path / 'died'}")
+    monkeypatch.setenv(pretrain_faults.DATA_FAIL, f"read/00002:exit:{tmp_path / 'died'}")   # Ray's workers
     # and on Ray the files are read in 4 kB byte ranges (local read each whole): same output
     monkeypatch.setattr(stages, "SPLIT_BYTES", 4096)
     on_ray = prepare(_cfg(tmp_path / "cache", corpus, "ray"), progress=False)["web"]
@@ -118,15 +119,15 @@ def test_ray_and_local_write_byte_identical_shards_and_manifests(corpus, local, 
     assert not (tmp_path / "cache" / "work").exists() or not any((tmp_path / "cache" / "work").iterdir())
 
 
-def test_a_rerun_after_a_failed_task_redoes_only_unfinished_tasks(corpus, local, tmp_path, monkeypatch):
+def test_a_rerun_after_a_failed_task_redoes_only_unfinished_tasks(corpus, local, tmp_path, data_fail):
     cfg = _cfg(tmp_path / "cache", corpus, "local", **_given_tokenizer(local))
-    monkeypatch.setenv(stages.FAIL_ENV, "final/00002")
+    undo = data_fail("final/00002")
     with pytest.raises(RuntimeError, match="injected failure in task final/00002"):
         prepare(cfg, progress=False)
     work = next((tmp_path / "cache" / "work").iterdir())
     done = sorted(p.name for p in (work / "final").iterdir())
     assert "00002" not in done and all((work / "final" / d / "done.json").is_file() for d in done)
-    monkeypatch.delenv(stages.FAIL_ENV)
+    undo()
     stages.counts.clear()
     again = prepare(cfg, progress=False)["web"]
     assert stages.counts["read"] == (0, 4) and stages.counts["exact"] == (0, stages.EXACT_PARTS)

@@ -8,6 +8,7 @@ from pretrain.config.compose import compose
 from pretrain.data import prepare, tokenizer_vocab_size
 from pretrain.data.docstore import DocStore
 from pretrain.data.loader import BatchLoader
+from tests.test_data_pipeline import realised_shares
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +62,7 @@ def test_phase_mixes_load_and_realise_their_weights(sample, cfg):
         batch = loader.batch(3)
         assert batch["input_ids"].shape == (8, cfg.model.seq_length)
         assert batch["input_ids"].max() < cfg.model.vocab_size
-        shares = loader.realised_shares(400)
+        shares = realised_shares(loader, 400)
         for name, w in phase.mix.items():
             assert abs(shares[name] - w / sum(phase.mix.values())) < 0.05, (phase.name, shares)
 

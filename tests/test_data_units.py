@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pretrain.config.errors import PretrainDataError
-from pretrain.data import sample
+from pretrain.data import clean as clean_module, sample
 from pretrain.data.clean import Cleaner, repeated_line_fraction, symbol_ratio
 from pretrain.data.dedup import MinHasher, band_keys
 from pretrain.data.hashing import dedup_words, is_validation, words_digest
@@ -141,7 +141,7 @@ def test_dedup_keys_tell_exact_and_near_duplicates_only():
 
     def keys(text):
         words = dedup_words(text)
-        return words_digest(words), set(enumerate(band_keys(hasher.signature(words), bands, width)))
+        return words_digest(words), set(enumerate(band_keys(hasher.signature(words)[None, :], bands, width)[0]))
     (digest, bucket), (dup_digest, _), (near_digest, near_bucket), (other_digest, other_bucket) = \
         map(keys, (base, base.upper().replace(" ", "  ") + " !", near, other))
     assert dup_digest == digest and near_digest != digest and other_digest != digest
@@ -362,3 +362,14 @@ def test_sample_sources_are_bounded_and_deterministic():
     assert any(t.startswith("Problem: ") for t in first)                       # generated problems
     anneal = list(sample.documents("anneal"))
     assert any("### Instruction\nExplain what `" in d.text for d in anneal)
+
+
+def test_the_cleaners_fast_checks_match_the_patterns_on_any_characters():
+    # clean.py skips its control-character regex, and counts symbols above U+007F, by byte deletion:
+    # the same answers as the regexes on texts of ASCII, C1 controls, BOM, CJK, emoji and lone surrogates
+    rng = random.Random(0)
+    alphabet = [chr(i) for i in [*range(0, 300), 0xFEFF, 0xFFFD, 0x4E2D, 0x1F600, 0xD800, 0x2028, 0x85]]
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert clean_module.non_ascii(text) == "".join(c for c in text if ord(c) > 0x7F), repr(text)
+        assert clean_module._has_control(text) == (clean_module._CONTROL.search(text) is not None), repr(text)

@@ -6,7 +6,7 @@ curriculum, for every schedule kind."""
 import numpy as np
 import pytest
 
-from pretrain.config import validate
+from pretrain.config.phases import phase_steps, phases as phases_of
 from pretrain.engine import phases as engine_phases
 from pretrain.model import mindformers_config as mfc
 from pretrain.train.schedule import curriculum
@@ -35,8 +35,8 @@ def test_every_phase_yaml_steps_the_lr_our_loop_steps(mindformers, compose_many,
 
     register()
     cfg = compose_many(overrides)
-    plist = validate.phases(cfg)
-    ours = curriculum(plist, [validate.phase_steps(cfg, p) for p in plist])
+    plist = phases_of(cfg)
+    ours = curriculum(plist, [phase_steps(cfg, p) for p in plist])
     written = engine_phases.write_phases(cfg, tmp_path)
     assert [p.name for p in written] == [f"mindformers_{p.name}.yaml" for p in plist]
     first = 0

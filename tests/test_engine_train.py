@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pretrain.config.phases import phase_steps, phases as phases_of
 from pretrain.train.schedule import curriculum
 from tests.conftest import SMALL_MODEL
 
@@ -76,16 +77,14 @@ def losses(run: Path):
 def our_lr(run: Path):
     from omegaconf import OmegaConf
 
-    from pretrain.config import validate
-
     cfg = OmegaConf.load(run / "config.yaml")
-    (phase,) = validate.phases(cfg)
-    (lr,) = curriculum([phase], [validate.phase_steps(cfg, phase)])
+    (phase,) = phases_of(cfg)
+    (lr,) = curriculum([phase], [phase_steps(cfg, phase)])
     return lr
 
 
 def test_mindformers_trainer_trains_from_the_exported_yaml_and_resumes_from_its_own_checkpoint(
-    start, tmp_path
+    start, tmp_path, data_cache
 ):
     run = tmp_path / "run"
     first = start(*SMALL)
@@ -116,6 +115,9 @@ def test_mindformers_trainer_trains_from_the_exported_yaml_and_resumes_from_its_
     summary = json.loads((run / "summary.json").read_text())
     (phase,) = summary["phases"]
     assert summary["engine"] == "mindformers" and phase["resumed_at"] == 20 and phase["steps"] == STEPS - 20
+    # each start recorded MindFormers' step as this hardware's calibration point of its own engine
+    points = json.loads((data_cache / "calibration" / "cpu.json").read_text())
+    assert any(p["shape"].endswith("-mindformers") and p["step_s"] > 0 and p["seq"] == 64 for p in points), points
     print(
         f"\nmindformers engine: {STEPS} steps, loss {curve[0]['loss']:.3f} -> {curve[-1]['loss']:.3f}, "
         f"resumed at step 20, {phase['tokens_per_s']:.0f} tokens/s"
@@ -127,13 +129,11 @@ def test_mindformers_trainer_chains_the_curriculum_with_our_lr(start, tmp_path):
     previous phase's final checkpoint (weights, Adam moments, global step) on its own data, at our LR."""
     from omegaconf import OmegaConf
 
-    from pretrain.config import validate
-
     out = finish(start(*[a for a in SMALL if a != "phase=general"]))
     run = tmp_path / "run"
     cfg = OmegaConf.load(run / "config.yaml")
-    plist = validate.phases(cfg)
-    ours = curriculum(plist, [validate.phase_steps(cfg, p) for p in plist])
+    plist = phases_of(cfg)
+    ours = curriculum(plist, [phase_steps(cfg, p) for p in plist])
     ends = []
     for phase, lr in zip(plist, ours):
         rows = [

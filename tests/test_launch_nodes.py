@@ -243,7 +243,7 @@ def test_disk_full_during_a_save_stops_the_run_with_one_line_and_the_same_comman
         assert "No space left on device" in line and "nothing was published" in line, line
         assert events(run, "restart") == []
         print(f"\ndisk full at step {filled['at']}: {line[:300]}")
-        saved = CheckpointManager(ckpts, keep_latest=50, writer=False).list()
+        saved = CheckpointManager(ckpts, keep_latest=50, writes_run_files=False).list()
         assert saved and all(verify(info.path) is None for info in saved)
         assert not [p for p in ckpts.iterdir() if p.name.startswith(".tmp-")]
         (ckpts / BALLAST).unlink()

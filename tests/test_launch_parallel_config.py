@@ -95,8 +95,8 @@ def test_70b_layouts_load_through_mindformers_and_agree_with_the_planner(layout,
     # ... and the planner agrees with MindFormers' numbers
     planned = plan(cfg)
     lay = planned.layout
-    assert (lay.dp, lay.tp, lay.pp, lay.vpp, lay.devices) == (p.dp, p.tp, p.pp, p.vpp, 64)
-    assert lay.micro_batches == t.micro_batch_num == cfg.train.grad_accum
+    assert (lay.dp, lay.tp, lay.pp, lay.vpp, lay.world_size) == (p.dp, p.tp, p.pp, p.vpp, 64)
+    assert lay.grad_accum == t.micro_batch_num == cfg.train.grad_accum
     # MindFormers' global batch with a pipeline: batch_size x dp x micro_batch_num
     assert config.runner_config.batch_size * p.dp * t.micro_batch_num == cfg.train.global_batch_size
     assert config.runner_config.gradient_accumulation_steps == 1

@@ -61,10 +61,11 @@ def test_a_rank_reads_the_frozen_config_without_hydra(compose_many, tmp_path):
         "from pathlib import Path\n"
         "from pretrain import worker\n"
         "from pretrain.config import validate\n"
+        "from pretrain.config.layout import engine_of\n"
         f"cfg = worker.load_frozen(Path({str(tmp_path)!r}))\n"
         "validate.check(cfg); validate.check_trainable(cfg)\n"
         "import pretrain.engine, pretrain.engine.mindformers, pretrain.train.loop\n"
-        "print(json.dumps({'engine': validate.engine(cfg), 'loaded': sorted({m.split('.')[0] for m in "
+        "print(json.dumps({'engine': engine_of(cfg), 'loaded': sorted({m.split('.')[0] for m in "
         "sys.modules if m.split('.')[0] in ('hydra', 'mindspore', 'mindformers')})}))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

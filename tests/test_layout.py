@@ -4,9 +4,9 @@ rule the loader uses and the checkpoint writers agree with it. Pure Python, no m
 import numpy as np
 import pytest
 
+from pretrain.config.layout import engine_of
 from pretrain.config import validate
 from pretrain.config.layout import ParallelLayout
-from pretrain.data.loader import BatchLoader
 from pretrain.engine import phases as engine_phases
 from pretrain.launch import msrun, scripts, supervise
 from pretrain.model import mindformers_config as mfc
@@ -40,12 +40,10 @@ def test_every_consumer_agrees_with_the_layout(option, compose_many, monkeypatch
     assert not [line for line in validate.problems(cfg) if line.startswith("parallel: dp(")]
 
     # the rules and the planner
-    assert validate.engine(cfg) == lay.engine
+    assert engine_of(cfg) == lay.engine
     planned = plan(cfg)
     assert planned.engine == lay.engine
-    pl = planned.layout
-    assert (pl.devices, pl.dp, pl.tp, pl.pp, pl.cp, pl.ep, pl.vpp) == (
-        lay.world_size, lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp)
+    assert planned.layout == lay
 
     # the launcher: msrun's worker count, the node scripts, the elastic shrink's replica size
     assert f"--worker_num={lay.devices}" in msrun.command(cfg, tmp_path)
@@ -73,7 +71,7 @@ def test_every_consumer_agrees_with_the_layout(option, compose_many, monkeypatch
         monkeypatch.setenv("RANK_ID", str(rank))
         monkeypatch.setenv("RANK_SIZE", str(lay.world_size))
         assert ranks.data_parallel_rank(cfg) == (lay.dp_rank(rank), lay.dp)
-        assert ranks.is_logging_rank() == lay.writes_run_files(rank) == (rank == 0)
+        assert ranks.writes_run_files() == lay.writes_run_files(rank) == (rank == 0)
         # which checkpoint files this rank writes: our loop's directory on rank 0, a shard per rank
         # under MindFormers' trainer
         where = lay.checkpoint_dir(tmp_path, rank, "general")
@@ -82,19 +80,14 @@ def test_every_consumer_agrees_with_the_layout(option, compose_many, monkeypatch
         else:
             assert where == (tmp_path / "checkpoints" if rank == 0 else None)
 
-    # dp rank -> the sample slots the loader reads (its own rule, checked against the layout's)
-    rows = int(p.micro_batch_size) * int(cfg.train.grad_accum)
-    for d in sorted({0, lay.dp - 1}):
-        loader = BatchLoader.__new__(BatchLoader)   # slots() reads only these three
-        loader.batch_size, loader.dp_rank, loader.dp_size = rows, d, lay.dp
-        for step in (0, 7):
-            assert list(loader.slots(np.array([step]))) == list(lay.sample_slots(d, lay.dp, step, rows))
+    # the rows a data-parallel rank reads per step (the loader's batch: pretrain.train.build.make_loader)
+    assert lay.rows_per_step == int(p.micro_batch_size) * int(cfg.train.grad_accum)
 
 
 def test_the_dp_slots_of_a_step_tile_the_global_batch():
     lay = ParallelLayout(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, devices_per_node=8, num_nodes=1,
                          engine="mindformers")
-    got = sorted(s for d in range(4) for s in lay.sample_slots(d, 4, 3, 5))
+    got = sorted(s for d in range(4) for s in lay.sample_slots(d, 4, np.array([3]), 5))
     assert got == list(range(3 * 20, 4 * 20))
     # pipeline stages outermost, then dp, then the tp ranks of one replica
     lay = ParallelLayout(dp=2, tp=2, pp=2, cp=1, ep=1, vpp=1, zero_stage=0, devices_per_node=8, num_nodes=1,

@@ -77,7 +77,7 @@ def test_the_test_extra_declares_what_the_tests_import():
                 imported |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 imported.add(node.module.split(".")[0])
-    ours = {"pretrain", "tests", "hydra_plugins", *(p.stem for p in (REPO / "tests").glob("*.py"))}
+    ours = {"pretrain", "tests", "hydra_plugins", *(p.stem for p in (REPO / "tests").rglob("*.py"))}
     third_party = sorted(imported - ours - set(sys.stdlib_module_names))
     dists = importlib.metadata.packages_distributions()
     missing = [(m, dists.get(m)) for m in third_party if not {_dist(d) for d in dists.get(m, [m])} & declared]

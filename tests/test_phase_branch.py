@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from pretrain.config.phases import phases as phases_of
 from pretrain.config import known_keys, validate
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.resilience.checkpoint import CheckpointManager, checkpoint_name
@@ -45,14 +46,14 @@ def test_an_explicit_end_above_where_a_continuing_phase_starts_is_refused_when_t
 def test_the_default_curriculum_keeps_its_figures_for_every_model(compose_many, model):
     cfg = compose_many([f"model={model}"])
     peak = cfg.train.lr_peak
-    got = levels(validate.phases(cfg))
+    got = levels(phases_of(cfg))
     want = [(peak, 0.3 * peak), (0.3 * peak, 0.1 * peak), (0.1 * peak, 0.01 * peak)]
     assert [pytest.approx(level, rel=1e-12) for level in want] == got
 
 
 def test_the_schedule_is_continuous_across_phase_boundaries(compose_many):
     cfg = compose_many(["train.lr_peak=1e-3"])
-    general, reasoning, anneal = curriculum(validate.phases(cfg), [40, 12, 6])
+    general, reasoning, anneal = curriculum(phases_of(cfg), [40, 12, 6])
     assert reasoning.start == general.final == pytest.approx(3e-4)
     assert anneal.start == reasoning.final == pytest.approx(1e-4)
     assert anneal.final == pytest.approx(1e-5)
@@ -63,16 +64,16 @@ def test_the_schedule_is_continuous_across_phase_boundaries(compose_many):
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))  # after the warmup it never climbs
     # a later phase's end moves with the end of the phase before it (relative, not absolute)
     cfg = compose_many(["train.lr_peak=1e-3", "phase.general.lr.end_ratio=0.6"])
-    assert levels(validate.phases(cfg))[1] == pytest.approx((6e-4, 2e-4))
+    assert levels(phases_of(cfg))[1] == pytest.approx((6e-4, 2e-4))
 
 
 def test_a_cli_peak_for_one_phase_is_accepted_and_its_end_follows(compose_many):
     cfg = compose_many(["phase=reasoning", "phase.lr.peak=3e-5"])
     assert validate.problems(cfg) == []
-    (reasoning,) = curriculum(validate.phases(cfg), [10], start=3e-4)  # start: general's end
+    (reasoning,) = curriculum(phases_of(cfg), [10], start=3e-4)  # start: general's end
     assert reasoning.peak == 3e-5 and reasoning.final == pytest.approx(1e-5)
     cfg = compose_many(["phase=anneal", "phase.lr.peak=1e-4"])
-    assert validate.problems(cfg) == [] and levels(validate.phases(cfg))[0] == pytest.approx((1e-4, 1e-5))
+    assert validate.problems(cfg) == [] and levels(phases_of(cfg))[0] == pytest.approx((1e-4, 1e-5))
 
 
 @pytest.mark.parametrize("overrides,expected", [

@@ -1,4 +1,4 @@
-"""Planner: DESIGN §4 test values, published cross-checks, monotonic properties, every conf option.
+"""Planner: the formulas' reference values, published cross-checks, monotonic properties, every conf option.
 
 Pure and fast (no mindspore): configs come from the real conf/ through compose(), like the CLI.
 """
@@ -38,7 +38,7 @@ def states_gb(stage):
     return stage.weights_gb + stage.grads_gb + stage.optimizer_gb
 
 
-# ------------------------------------------------------------------ DESIGN §4 values
+# ------------------------------------------------------------------ the formulas' reference values
 
 def test_llama3_param_counts_match_design_f1():
     p70, p8 = param_count(shape_of("llama3_70b")), param_count(shape_of("llama3_8b"))
@@ -181,7 +181,7 @@ def test_interleaving_and_few_micro_batches_scale_first_stage_activations():
     v1 = plan_of(*base, "parallel.vpp=1").memory_first.activations_gb
     assert v2 / v1 == pytest.approx(1 + 7 / (8 * 2))                       # 1 + (p-1)/(p*v)
     few = plan_of(*base, "parallel.vpp=1", "train.global_batch_size=8")     # m = 4 < p = 8 in flight
-    assert few.layout.micro_batches == 4
+    assert few.layout.grad_accum == 4
     assert few.memory_first.activations_gb == pytest.approx(v1 * 4 / 8)
 
 

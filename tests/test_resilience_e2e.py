@@ -1,7 +1,7 @@
 """Surviving failures, end to end: `python -m pretrain` in a subprocess on CPU with the real (shrunken)
 MindFormers model and the sample corpus, crashed, signalled, corrupted and poisoned for real
 (kill -9 of the process group, SIGTERM, flipped bytes, RLIMIT_FSIZE), or through the test-only
-PRETRAIN_FAULTS hook (pretrain/resilience/faults.py) where timing cannot be hit from outside.
+PRETRAIN_FAULTS hook (tests/sitehooks/pretrain_faults.py) where timing cannot be hit from outside.
 
 Bitwise: a resumed run's per-step losses and final weights must EQUAL the uninterrupted run's:
 every input of a step (weights, Adam moments, optimizer step, LR position, data index, loss scale,

@@ -6,10 +6,10 @@ import json
 import math
 
 import numpy as np
+import pretrain_faults
 import pytest
 
 from pretrain.config.errors import PretrainRunError
-from pretrain.resilience import faults
 from pretrain.resilience.checkpoint import CheckpointManager, read_state
 from pretrain.resilience.events import EventLog, read_events
 from pretrain.resilience.nonfinite import NonFiniteGuard
@@ -81,7 +81,7 @@ def plan(steps=20, name="general", nan=()):
     return PhasePlan(name, lr, ToyLoader(nan), None)
 
 
-def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, saving=True,
+def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, writes_run_files=True,
                  async_save=False):
     events = EventLog(tmp_path / "events.jsonl")
     checkpoints = CheckpointManager(tmp_path / "ckpt", keep_latest=5, events=events, async_save=async_save)
@@ -93,7 +93,7 @@ def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfini
         arch={"toy": 1},
         checkpoints=checkpoints,
         save_every_steps=save_every,
-        saving=saving,
+        writes_run_files=writes_run_files,
         events=events,
         spike=SpikeGuard(ratio=2.0, consecutive=3, window=5, warmup_steps=3, max_rollbacks=max_rollbacks),
         nonfinite=NonFiniteGuard(max_consecutive=max_nonfinite),
@@ -192,9 +192,9 @@ class StopAt:
 
 def test_a_stop_request_checkpoints_the_finished_step_and_the_resume_continues_after_it(tmp_path):
     trainer, checkpoints, _ = make_trainer(tmp_path)
-    trainer.stop = StopAt(trainer, 5)
+    trainer.keeper.stop = StopAt(trainer, 5)
     results = train(trainer, [plan(8, "general"), plan(4, "reasoning")])
-    assert trainer.stopped == "SIGTERM" and [r["stopped"] for r in results] == [True]
+    assert trainer.keeper.stopped == "SIGTERM" and [r["stopped"] for r in results] == [True]
     signal, = kinds(tmp_path, "signal")
     assert (signal["signal"], signal["step"]) == ("SIGTERM", 5)
     newest = checkpoints.latest()
@@ -216,7 +216,7 @@ def test_a_resumed_phase_summarises_the_whole_phase_from_its_first_step(tmp_path
     """Issue 27: after a resume, `loss first` was the resumed segment's while `steps` counted the
     whole phase. The phase's first losses ride in the checkpoint (TrainState.phase_losses)."""
     trainer, checkpoints, _ = make_trainer(tmp_path, save_every=100)
-    trainer.stop = StopAt(trainer, 5)
+    trainer.keeper.stop = StopAt(trainer, 5)
     (stopped,) = train(trainer, [plan(8, "general"), plan(4, "reasoning")])
     resumed, _, _ = make_trainer(tmp_path)
     resumed.restore(checkpoints, checkpoints.latest())
@@ -249,7 +249,7 @@ def test_a_rank_that_does_not_save_rolls_back_too_and_never_touches_the_checkpoi
     train(writer, [plan(6)])  # the saving rank: checkpoint 3 and general's final, 6
     reader = Trainer(ToyStep({8, 9, 10}), metrics=MetricsWriter(tmp_path, enabled=False),
                      throughput=writer.throughput, grad_accum=1, arch={"toy": 1},
-                     checkpoints=checkpoints, save_every_steps=3, saving=False,
+                     checkpoints=checkpoints, save_every_steps=3, writes_run_files=False,
                      spike=SpikeGuard(ratio=2.0, consecutive=3, window=5, warmup_steps=3))
     reader.restore(checkpoints, checkpoints.latest())
     before = sorted(info.path.name for info in checkpoints.list())
@@ -325,16 +325,10 @@ def test_metrics_rewind_cuts_later_records_and_a_torn_line(tmp_path):
     assert [(r["step"], r["loss"]) for r in lines] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]
 
 
-def test_faults_come_only_from_the_env_and_name_unknown_ones(monkeypatch):
-    monkeypatch.setattr(faults, "_loaded", False)
-    monkeypatch.delenv(faults.ENV, raising=False)
-    assert faults.active() is None
-    monkeypatch.setattr(faults, "_loaded", False)
-    monkeypatch.setenv(faults.ENV, json.dumps({"nan_grads": [3], "lr_mult": {"data": [5, 6], "factor": 10}}))
-    f = faults.active()
-    batch = {"loss_mask": np.ones((2, 2), np.float32)}
-    assert f.batch(2, batch) is batch and np.isnan(f.batch(3, batch)["loss_mask"]).all()
+def test_the_test_faults_poison_a_step_and_multiply_the_lr_of_data_indices_and_name_unknown_ones():
+    f = pretrain_faults.Faults({"nan_grads": [3], "lr_mult": {"data": [5, 6], "factor": 10}})
+    micro = [{"loss_mask": np.ones((2, 2), np.float32)}]
+    assert f.micro_batches(2, micro) is micro and np.isnan(f.micro_batches(3, micro)[0]["loss_mask"]).all()
     assert [f.lr("general", i, 1.0) for i in (4, 5, 6, 7)] == [1.0, 10.0, 10.0, 1.0]
-    with pytest.raises(Exception, match=r"unknown faults \['typo'\]"):
-        faults.Faults({"typo": 1})
-    monkeypatch.setattr(faults, "_loaded", False)
+    with pytest.raises(ValueError, match=r"unknown faults \['typo'\]"):
+        pretrain_faults.Faults({"typo": 1})

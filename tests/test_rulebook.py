@@ -7,6 +7,8 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
+from pretrain.config.layout import engine_of
+from pretrain.config.phases import phase_steps, phases as phases_of
 from pretrain.config import ranges, schema, validate
 from pretrain.config.errors import PretrainConfigError
 from pretrain.plan.planner import plan as make_plan
@@ -30,9 +32,7 @@ def default_cfg(compose_many):
 
 
 def test_every_numeric_key_of_the_schema_declares_its_range():
-    undeclared = [key for key, f, _ in NUMERIC
-                  if ranges.RANGE not in f.metadata and ranges.DERIVED not in f.metadata
-                  and not key.startswith("resilience.")]   # resilience keys: checked by building their guards
+    undeclared = [key for key, f, _ in NUMERIC if ranges.RANGE not in f.metadata and ranges.DERIVED not in f.metadata]
     assert len(NUMERIC) > 60 and undeclared == []
 
 
@@ -69,7 +69,7 @@ def test_out_of_range_on_the_cli_is_one_line_exit_2_nothing_frozen(cli, tmp_path
 
 def test_model_parallel_layouts_go_to_the_mindformers_engine(compose_many):
     cfg = compose_many([*BIG, "parallel.zero_stage=0"])
-    assert validate.problems(cfg) == [] and validate.engine(cfg) == "mindformers"
+    assert validate.problems(cfg) == [] and engine_of(cfg) == "mindformers"
     assert validate.training_problems(cfg) == []            # MindFormers' trainer runs it on Ascend
     ours = compose_many([*BIG, "parallel.zero_stage=0", "train.engine=pretrain"])
     (line,) = validate.training_problems(ours)
@@ -77,16 +77,16 @@ def test_model_parallel_layouts_go_to_the_mindformers_engine(compose_many):
     with pytest.raises(PretrainConfigError, match="tp\\(4\\) pp\\(2\\)"):
         validate.check_trainable(ours)
     zero = compose_many(["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8"])
-    assert validate.engine(zero) == "mindformers" and validate.training_problems(zero) == []
+    assert engine_of(zero) == "mindformers" and validate.training_problems(zero) == []
     dp2 = compose_many(["parallel=dp2", "hardware=cpu_2proc"])
-    assert validate.engine(dp2) == "pretrain" and validate.training_problems(dp2) == []
+    assert engine_of(dp2) == "pretrain" and validate.training_problems(dp2) == []
     one = compose_many(["train.engine=mindformers"])
-    assert validate.engine(one) == "mindformers" and validate.training_problems(one) == []   # the CPU proof
+    assert engine_of(one) == "mindformers" and validate.training_problems(one) == []   # the CPU proof
 
 
 def test_model_parallel_on_cpu_is_refused_naming_mindsporess_blocker(compose_many):
     cfg = compose_many(["model=llama3_70b", "parallel=dp1tp8pp8", "hardware=cpu", "hardware.devices_per_node=64"])
-    assert validate.engine(cfg) == "mindformers"
+    assert engine_of(cfg) == "mindformers"
     found = validate.training_problems(cfg)
     assert any("tp(8) pp(8) > 1 on hardware.device=cpu" in ln and "libmindspore_frontend.so" in ln
                and "only support Ascend/GPU backend" in ln for ln in found), found
@@ -153,8 +153,8 @@ def accepted_by_training(cfg) -> None:
     from pretrain.train.schedule import curriculum
     validate.check(cfg)
     validate.check_trainable(cfg)
-    plist = validate.phases(cfg)
-    steps = [validate.phase_steps(cfg, p) for p in plist]
+    plist = phases_of(cfg)
+    steps = [phase_steps(cfg, p) for p in plist]
     lrs = curriculum(plist, steps, start=float(cfg.train.lr_peak))
     mfc.export(cfg, first_phase=plist[0], first_phase_steps=steps[0], first_phase_peak=lrs[0].peak)
     mfc.parallel_blocks(cfg)

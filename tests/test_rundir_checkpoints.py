@@ -83,7 +83,7 @@ def test_a_rank_that_does_not_own_the_directory_skips_but_never_moves(tmp_path):
     ckpt = tmp_path / "ckpt"
     fake_checkpoint(ckpt, 3)
     corrupt(fake_checkpoint(ckpt, 6))
-    assert CheckpointManager(ckpt, keep_latest=2, writer=False).latest().step == 3
+    assert CheckpointManager(ckpt, keep_latest=2, writes_run_files=False).latest().step == 3
     assert (ckpt / "step_00000006").is_dir() and not (ckpt / QUARANTINE).exists()
 
 

@@ -5,7 +5,7 @@ line says so), and periodic validation is refused naming that fix."""
 import pytest
 
 from pretrain.config.errors import PretrainDataError
-from pretrain.config.validate import phases
+from pretrain.config.phases import phases
 from pretrain.data.manifest import summary_table
 from pretrain.data.prepare import prepare
 from pretrain.train.build import val_loader

@@ -13,9 +13,6 @@ step      : pretrain.train.step.TrainStep on that batch: LR fed as an input, glo
             the non-finite skip, AdamW with decay on matrices only.
 -clip     : ablation, step with train.grad_clip=0 (the global norm is still measured: the skip
             needs it); the difference to step is what clipping costs.
--skip     : ablation, step applying AdamW whatever the norm (no control flow in the graph); the
-            difference to step is what the non-finite skip costs. (Accumulation buffers exist only
-            when train.grad_accum > 1; at 1 there is nothing to ablate.)
 loop      : Trainer.train_step with metrics on: the real BatchLoader batch of every step, TrainStep,
             then JSONL + TensorBoard + progress bar, as `python -m pretrain` runs it.
 Each variant trains its own copy of the same initial weights. They alternate, `steps` at a time and
@@ -52,7 +49,7 @@ def timed_rounds(variants, rounds: int, steps: int):
 
 def compare_document_mask(overrides, rounds: int, steps: int) -> None:
     from pretrain.config.compose import compose
-    from pretrain.config.validate import phases
+    from pretrain.config.phases import phases
     from pretrain.model import builder
 
     cfgs = {on: compose([*overrides, f"data.document_mask={str(on).lower()}"]) for on in (True, False)}
@@ -103,7 +100,7 @@ def main(argv) -> None:
         raise SystemExit(f"compare={opts['compare']}: the one comparison is compare=document_mask")
 
     from pretrain.config.compose import compose
-    from pretrain.config.validate import phases
+    from pretrain.config.phases import phases
     from pretrain.model import builder
 
     cfg = compose(overrides)
@@ -195,8 +192,6 @@ def main(argv) -> None:
     kwargs = dict(lr=1e-3, **train_step_args(cfg))
     ours = TrainStep(model(), **kwargs)
     no_clip = TrainStep(model(), **{**kwargs, "grad_clip": 0.0})
-    no_skip = TrainStep(model(), **kwargs)
-    no_skip.update_cell.skip_nonfinite = False   # before its first call compiles the graph
     micro = split_micro(batch, int(t.grad_accum))
     metrics = MetricsWriter(scratch)
     seq = int(cfg.model.seq_length)
@@ -224,7 +219,6 @@ def main(argv) -> None:
         "bare_cell": lambda: bare_cell(*fixed).asnumpy(),
         "step": lambda: ours.step(micro, 1e-3),
         "-clip": lambda: no_clip.step(micro, 1e-3),
-        "-skip": lambda: no_skip.step(micro, 1e-3),
         "loop": loop,
     }
     times = timed_rounds(variants, rounds, steps)

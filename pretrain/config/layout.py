@@ -28,6 +28,11 @@ def choose_engine(chosen: str, parallel: Any) -> str:
     return "mindformers" if model_split(parallel) or int(parallel.zero_stage) > 0 else "pretrain"
 
 
+def engine_of(cfg: Any) -> str:
+    """Which engine trains a composed config (train.engine, or the layout's choice under auto)."""
+    return choose_engine(str(cfg.train.get("engine", "auto")), cfg.parallel)
+
+
 def num_devices(hw: Any) -> int:
     """Devices the hardware option has."""
     return int(hw.devices_per_node) * int(hw.num_nodes)
@@ -36,6 +41,16 @@ def num_devices(hw: Any) -> int:
 def world_size(p: Any) -> int:
     """Ranks a layout uses: dp·tp·pp·cp (experts are sharded inside dp·cp, not beside it)."""
     return int(p["dp"]) * int(p["tp"]) * int(p["pp"]) * int(p["cp"])
+
+
+def grad_reduce_size(p: Any) -> int:
+    """Ranks a dense gradient is reduced over, the data-parallel group: dp·cp (experts shard inside it)."""
+    return int(p["dp"]) * int(p["cp"])
+
+
+def virtual_stages(p: Any) -> int:
+    """Pipeline stages the layers are split into: pp·vpp."""
+    return int(p["pp"]) * int(p["vpp"])
 
 
 def model_split(p: Any) -> List[str]:
@@ -65,13 +80,34 @@ class ParallelLayout:
     devices_per_node: int
     num_nodes: int
     engine: str                  # "pretrain" | "mindformers" (train.engine=auto resolved)
+    # how each rank computes its share of a step (what the planner sizes memory and time by)
+    micro_batch_size: int = 1    # rows per micro-batch
+    grad_accum: int = 1          # micro-batches per data-parallel rank per step (train.grad_accum)
+    recompute: str = "none"      # none | selective | full
+    sequence_parallel: bool = False
+    pipeline_schedule: str = "1f1b"
+    grad_fp32: bool = True       # fp32 main gradients
+    precision: str = "bf16"      # hardware.precision
+    flash_attention: bool = True   # Ascend's kernels never store the s² scores; the CPU path does
 
     @classmethod
     def from_config(cls, cfg: Any) -> "ParallelLayout":
         p, hw = cfg.parallel, cfg.hardware
-        engine = choose_engine(str(cfg.train.get("engine", "auto")), p)
-        return cls(**{k: int(p[k]) for k in SIZES}, zero_stage=int(p.zero_stage),
-                   devices_per_node=int(hw.devices_per_node), num_nodes=int(hw.num_nodes), engine=engine)
+        engine = engine_of(cfg)
+        # A size below 1 (refused by the rules, validate.py) counts as 1, so the planner can still plan
+        # an invalid config it is shown; grad_accum is floored by its resolver when the batch does not
+        # divide (also refused). How a rank computes takes the schema's defaults where a partial
+        # config (a relaunch's sizes alone) leaves them out.
+        d = cls.__dataclass_fields__
+        return cls(**{k: max(int(p[k]), 1) for k in SIZES}, zero_stage=int(p.zero_stage),
+                   devices_per_node=int(hw.devices_per_node), num_nodes=int(hw.num_nodes), engine=engine,
+                   micro_batch_size=max(int(p.get("micro_batch_size", 1)), 1),
+                   grad_accum=max(int(cfg.train.get("grad_accum", 1)), 1),
+                   recompute=str(p.get("recompute", d["recompute"].default)),
+                   sequence_parallel=bool(p.get("sequence_parallel", False)),
+                   pipeline_schedule=str(p.get("pipeline_schedule", d["pipeline_schedule"].default)),
+                   grad_fp32=bool(p.get("grad_fp32", True)), precision=str(hw.get("precision", "bf16")),
+                   flash_attention=str(hw.get("device", "")) != "cpu")
 
     # ------------------------------------------------------------------ sizes and groups
     @property
@@ -82,6 +118,14 @@ class ParallelLayout:
     def devices(self) -> int:
         """Devices the hardware has (the rules require world_size == devices)."""
         return num_devices(self)
+
+    @property
+    def grad_reduce_size(self) -> int:
+        return grad_reduce_size(self.__dict__)
+
+    @property
+    def virtual_stages(self) -> int:
+        return virtual_stages(self.__dict__)
 
     @property
     def split(self) -> List[str]:
@@ -99,14 +143,14 @@ class ParallelLayout:
     @property
     def sharded_optimizer(self) -> bool:
         """ZeRO: MindSpore's optimizer parallel over each parameter's data-parallel group (dp·cp)."""
-        return self.zero_stage >= 1 and self.dp * self.cp > 1
+        return self.zero_stage >= 1 and self.grad_reduce_size > 1
 
     def group_sizes(self) -> Dict[str, int]:
         """Ranks in each communication group: one replica's stage is tp·cp ranks; a pipeline is pp
         stages; gradients are reduced over dp·cp (dense) and dp·cp/ep (experts)."""
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
                 "replica": self.tp * self.pp * self.cp, "stage": self.world_size // self.pp,
-                "grad_reduce": self.dp * self.cp, "expert_grad_reduce": self.dp * self.cp // self.ep}
+                "grad_reduce": self.grad_reduce_size, "expert_grad_reduce": self.grad_reduce_size // self.ep}
 
     # ------------------------------------------------------------------ ranks
     def dp_rank(self, rank: int, world: Optional[int] = None) -> int:
@@ -116,12 +160,20 @@ class ParallelLayout:
         per_replica = max(1, stage // self.dp)
         return min((rank % stage) // per_replica, self.dp - 1)
 
+    @property
+    def rows_per_step(self) -> int:
+        """Rows one data-parallel rank reads per optimizer step: micro_batch_size x grad_accum."""
+        return self.micro_batch_size * self.grad_accum
+
     @staticmethod
-    def sample_slots(dp_rank: int, dp_size: int, step: int, rows: int) -> range:
-        """The global sample slots data-parallel rank `dp_rank` of `dp_size` trains at optimizer step
-        `step`, reading `rows` rows per step (micro_batch_size x grad_accum)."""
-        first = step * rows * dp_size + dp_rank * rows
-        return range(first, first + rows)
+    def sample_slots(dp_rank: int, dp_size: int, steps: Any, rows: int) -> Any:
+        """The global sample slots data-parallel rank `dp_rank` of `dp_size` trains at optimizer steps
+        `steps` (a numpy array), reading `rows` rows per step, in order: step k's global batch is
+        slots k·rows·dp_size .. +rows·dp_size-1, and rank d reads the d-th run of `rows` of them."""
+        import numpy as np
+
+        first = np.asarray(steps)[:, None] * (rows * dp_size) + dp_rank * rows
+        return (first + np.arange(rows)).ravel()
 
     @staticmethod
     def writes_run_files(rank: int) -> bool:

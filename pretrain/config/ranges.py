@@ -46,6 +46,12 @@ def out_of_range(value: Any, bounds: Tuple) -> bool:
     return (value <= low if low_open else value < low) or (value >= high if high_open else value > high)
 
 
+def range_problem(key: str, value: Any, bounds: Tuple) -> Iterator[str]:
+    """The line for `key`'s value outside `bounds` (a field's RANGE), if it is."""
+    if out_of_range(value, bounds):
+        yield f"{key}={value} must be in {bounds_text(*bounds)}"
+
+
 def problems_of(node: Any, schema: type, key: str) -> Iterator[str]:
     """Out-of-range values of `node` (a DictConfig of dataclass `schema`) under the dotted `key`."""
     hints = typing.get_type_hints(schema)
@@ -57,8 +63,8 @@ def problems_of(node: Any, schema: type, key: str) -> Iterator[str]:
         value = node[f.name]
         where = f"{key}.{f.name}"
         if RANGE in f.metadata:
-            if value is not None and out_of_range(value, f.metadata[RANGE]):
-                yield f"{where}={value} must be in {bounds_text(*f.metadata[RANGE])}"
+            if value is not None:
+                yield from range_problem(where, value, f.metadata[RANGE])
         elif dataclasses.is_dataclass(kind) and isinstance(value, DictConfig):
             yield from problems_of(value, kind, where)
         elif isinstance(value, DictConfig):

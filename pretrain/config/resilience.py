@@ -4,27 +4,34 @@ The checkpoint cadence lives in train.* (save_every_steps, save_every_minutes, k
 everything about surviving failures lives here. The guards built from the block
 (pretrain/resilience/guards.py) and the launcher's restart budget check their settings with these
 same functions, so a value is refused at compose time with the line the guard would raise."""
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from pretrain.config.errors import PretrainConfigError
+from pretrain.config.ranges import RANGE, between, range_problem
 
 SPIKE_RULES = ("ratio", "sigma")
+_COUNT = 10**9          # no count of steps, rollbacks or restarts needs more
+_SECONDS = 1e7          # ~4 months: no timeout or window needs more
 
 
 @dataclass
 class ResilienceConfig:
     spike_rule: str = "ratio"            # ratio: loss > spike_ratio x mean; sigma: > mean + spike_sigma x std
-    spike_ratio: float = 2.0             # the seed's rule: 10 steps at 2x the recent mean
-    spike_consecutive: int = 10          # steps in a row above the bar before it counts as a spike
-    spike_window: int = 50               # accepted losses the mean (and std) are taken over
-    spike_sigma: float = 6.0
-    spike_warmup_steps: int = 20         # no detection until this many losses were accepted
-    max_rollbacks: int = 3               # more than this many rollbacks within ...
-    rollback_window_steps: int = 1000    # ... this many steps stops the run with an error
-    max_nonfinite_in_row: int = 30       # consecutive skipped (NaN/inf) steps before the run stops
-    watchdog_timeout_s: float = 900.0    # no step finished for this long: dump stacks, exit 75
-    first_step_timeout_s: float = 3600.0 # the first step includes graph compilation
+    # the seed's rule: 10 steps at 2x the recent mean (a ratio <= 1 would flag every loss)
+    spike_ratio: float = between(1.0, 1e6, 2.0, low_open=True)
+    spike_consecutive: int = between(1, _COUNT, 10)   # steps in a row above the bar before it counts
+    spike_window: int = between(2, _COUNT, 50)        # accepted losses the mean (and std) are taken over
+    spike_sigma: float = between(0.0, 1e6, 6.0, low_open=True)
+    spike_warmup_steps: int = between(0, _COUNT, 20)  # no detection until this many losses were accepted
+    max_rollbacks: int = between(0, _COUNT, 3)        # more than this many rollbacks within ...
+    rollback_window_steps: int = between(1, _COUNT, 1000)  # ... this many steps stops the run
+    max_nonfinite_in_row: int = between(1, _COUNT, 30)     # skipped (NaN/inf) steps in a row: the run stops
+    # no step finished for this long: dump stacks, exit 75
+    watchdog_timeout_s: float = between(0.0, _SECONDS, 900.0, low_open=True)
+    # the first step includes graph compilation
+    first_step_timeout_s: float = between(0.0, _SECONDS, 3600.0, low_open=True)
     async_save: bool = False             # write checkpoints from a background thread
     # true: when no checkpoint in the run dir verifies, move them to checkpoints/quarantine/ and train
     # from step 0. false: that is an error, never a silent fresh start. A checkpoint that verifies is
@@ -35,46 +42,42 @@ class ResilienceConfig:
     # change, logged as a `data_change` event. false: such a resume is refused in one line.
     allow_data_change: bool = False
     # A launch on one host (pretrain/launch/msrun.py) restarts a failed or hung job from its newest
-    # verified checkpoint by itself, up to max_restarts times within restart_window seconds
+    # verified checkpoint by itself, up to max_restarts times (0: never) within restart_window seconds
     # (torchrun's --max-restarts); past that, with elastic, it leaves out the rank that keeps failing
     # and goes on with the largest data-parallel size the rest allow, down to hardware.min_devices.
-    max_restarts: int = 3
-    restart_window: float = 3600.0
+    max_restarts: int = between(0, _COUNT, 3)
+    restart_window: float = between(0.0, _SECONDS, 3600.0, low_open=True)
     elastic: bool = False
+
+
+def _outside(**values: Any) -> Iterator[str]:
+    """A line for each value outside the range its ResilienceConfig field declares (the same rule the
+    config checks apply to the composed block, for a guard built from its own arguments)."""
+    fields = {f.name: f for f in dataclasses.fields(ResilienceConfig)}
+    for key, value in values.items():
+        if value is not None:
+            yield from range_problem(f"resilience.{key}", value, fields[key].metadata[RANGE])
 
 
 def spike_problems(*, rule: str, ratio: float, consecutive: int, window: int, sigma: float,
                    warmup_steps: int, max_rollbacks: int, rollback_window_steps: int) -> Iterator[str]:
-    checks = (
-        (rule in SPIKE_RULES, "spike_rule", rule, f"one of {SPIKE_RULES}"),
-        (ratio > 1.0, "spike_ratio", ratio, "> 1 (a loss above ratio x the recent mean)"),
-        (consecutive >= 1, "spike_consecutive", consecutive, ">= 1"),
-        (window >= 2, "spike_window", window, ">= 2 (a mean and a std need two losses)"),
-        (sigma > 0, "spike_sigma", sigma, "> 0"),
-        (warmup_steps >= 0, "spike_warmup_steps", warmup_steps, ">= 0"),
-        (max_rollbacks >= 0, "max_rollbacks", max_rollbacks, ">= 0"),
-        (rollback_window_steps >= 1, "rollback_window_steps", rollback_window_steps, ">= 1"),
-    )
-    for ok, key, value, rule_text in checks:
-        if not ok:
-            yield f"resilience.{key}={value!r}: must be {rule_text}"
+    if rule not in SPIKE_RULES:
+        yield f"resilience.spike_rule={rule!r}: must be one of {SPIKE_RULES}"
+    yield from _outside(spike_ratio=ratio, spike_consecutive=consecutive, spike_window=window,
+                        spike_sigma=sigma, spike_warmup_steps=warmup_steps, max_rollbacks=max_rollbacks,
+                        rollback_window_steps=rollback_window_steps)
 
 
 def nonfinite_problems(max_consecutive: int) -> Iterator[str]:
-    if max_consecutive < 1:
-        yield f"resilience.max_nonfinite_in_row={max_consecutive}: must be >= 1"
+    yield from _outside(max_nonfinite_in_row=max_consecutive)
 
 
 def watchdog_problems(timeout_s: float, first_timeout_s: Optional[float]) -> Iterator[str]:
-    if timeout_s <= 0 or (first_timeout_s is not None and first_timeout_s <= 0):
-        yield (f"resilience.watchdog_timeout_s={timeout_s}, first_step_timeout_s={first_timeout_s}: "
-               f"both must be > 0 seconds")
+    yield from _outside(watchdog_timeout_s=timeout_s, first_step_timeout_s=first_timeout_s)
 
 
 def restart_problems(max_restarts: int, restart_window: float) -> Iterator[str]:
-    if int(max_restarts) < 0 or float(restart_window) <= 0:
-        yield (f"resilience.max_restarts={max_restarts}, restart_window={restart_window}: need "
-               f"max_restarts >= 0 (0: never restart) and a restart_window > 0 seconds")
+    yield from _outside(max_restarts=max_restarts, restart_window=restart_window)
 
 
 def spike_settings(res: Any) -> dict:

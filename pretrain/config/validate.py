@@ -3,7 +3,7 @@
 Three verdicts, so a dry run and a sweep row say what the run would do:
 - `problems(cfg)`: the config is wrong (a layout that does not multiply out, a value out of range,
   a phase mix naming an unknown source). Refused everywhere, dry runs and sweeps included.
-- `training_problems(cfg)`: the config is sound but no engine here trains it (`engine(cfg)`: our
+- `training_problems(cfg)`: the config is sound but no engine here trains it (`engine_of(cfg)`: our
   loop for one device or plain data parallel, MindFormers' trainer for model parallelism and ZeRO;
   MindFormers 1.9.0's classes and CPU kernels have limits). Planned, swept and scripted as "plan
   only"; a launch is refused.
@@ -25,8 +25,10 @@ from pretrain.config import known_keys, paths, ranges, schema
 from pretrain.config.attention import document_attention
 from pretrain.config.choices import BUILTIN_SOURCES, DATA_ENGINES, NORMALIZE_FORMS, PACKING_METHODS
 from pretrain.config.errors import PretrainConfigError
-from pretrain.config.layout import ENGINES, choose_engine, model_split, num_devices, world_size
+from pretrain.config.layout import (ENGINES, engine_of, grad_reduce_size, model_split, num_devices, virtual_stages,
+                                     world_size)
 from pretrain.config.lr_levels import levels
+from pretrain.config.phases import phase_steps, phase_tokens, phases
 from pretrain.config.resilience import problems as resilience_problems
 
 LR_SCHEDULES = ("cosine", "linear", "constant", "wsd")
@@ -37,25 +39,6 @@ LAUNCHERS = ("auto", "local", "msrun", "print")
 # What the installed MindFormers 1.9.0 trains for each of our architectures (see
 # pretrain/model/mindformers_config.py for the classes).
 ARCHS = ("llama", "qwen3")
-
-
-def phases(cfg: DictConfig) -> List[DictConfig]:
-    """The phases this run trains, in order: one phase, or the curriculum mapping."""
-    node = cfg.phase
-    return [node] if "name" in node else [node[k] for k in node]
-
-
-def phase_tokens(cfg: DictConfig, phase: Any) -> float:
-    """phase.tokens, or token_fraction x train.total_tokens."""
-    if phase.tokens is not None:
-        return float(phase.tokens)
-    return float(phase.token_fraction or 0.0) * float(cfg.train.total_tokens)
-
-
-def phase_steps(cfg: DictConfig, phase: Any) -> int:
-    """round(phase tokens / (global batch x seq)): the optimizer steps the phase trains."""
-    per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
-    return int(round(phase_tokens(cfg, phase) / per_step))
 
 
 # ---------------------------------------------------------------- verdicts
@@ -170,8 +153,8 @@ def _model(cfg) -> Iterator[str]:
             yield f"model.num_experts_per_token({m.num_experts_per_token}) must be in 1..num_experts({m.num_experts})"
         if m.num_experts % p.ep:
             yield f"model.num_experts({m.num_experts}) % parallel.ep({p.ep}) != 0 (model={m.name}, parallel={p.name})"
-        if (p.dp * p.cp) % p.ep:
-            yield f"parallel.ep({p.ep}) must divide dp({p.dp}) * cp({p.cp}) = {p.dp * p.cp}: experts are sharded inside the data-parallel group"
+        if grad_reduce_size(p) % p.ep:
+            yield f"parallel.ep({p.ep}) must divide dp({p.dp}) * cp({p.cp}) = {grad_reduce_size(p)}: experts are sharded inside the data-parallel group"
     elif p.ep > 1:
         yield f"parallel.ep={p.ep} but model={m.name} is dense (model.num_experts=0): use ep=1 or a MoE model"
     if m.seq_length > m.max_position_embeddings:
@@ -185,7 +168,7 @@ def _model(cfg) -> Iterator[str]:
 
 
 def _pipeline_split(m, p) -> Iterator[str]:
-    stages = p.pp * p.vpp
+    stages = virtual_stages(p)
     if p.pipeline_layers is not None:
         split = list(p.pipeline_layers)
         if len(split) != stages or sum(split) != m.num_layers or min(split, default=0) < 1:
@@ -349,18 +332,13 @@ SEMI_AUTO_ON_CPU = ("MindSpore 2.9.0 refuses semi_auto_parallel on CPU (its para
                     "currently only support Ascend/GPU backend' when it compiles the graph)")
 
 
-def engine(cfg) -> str:
-    """Which engine trains the config (the layout decides: pretrain/config/layout.py)."""
-    return choose_engine(str(cfg.train.get("engine", "auto")), cfg.parallel)
-
-
 def _engine(cfg) -> Iterator[str]:
     """What the engine that would train the config cannot run. Our loop (pretrain/train) runs one
     device or plain data parallel: with tp/pp/cp/ep > 1 it would run micro-batches as separate graph
     calls (no pipeline schedule) and check norms per shard, and with ZeRO every rank would load rank
     0's whole checkpoint. MindFormers' trainer runs those, on Ascend."""
     p, hw = cfg.parallel, cfg.hardware
-    which, split = engine(cfg), model_split(cfg.parallel)
+    which, split = engine_of(cfg), model_split(cfg.parallel)
     if which not in ENGINES:
         return   # problems() names it
     if which == "pretrain":

@@ -10,12 +10,13 @@ _TRAILING_SPACE = re.compile(r"[ \t]+\n")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SYMBOL = re.compile(r"[^\w\s]")
 _SPACE = re.compile(r"\s")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # The same two classes over ASCII, as bytes to delete (taken from the patterns themselves, so the
 # fast path below counts exactly what they match): an ASCII document is counted by bytes.translate.
 _ASCII = [chr(c) for c in range(128)]
+_ASCII_BYTES = bytes(range(128))
 _ASCII_SPACE = "".join(c for c in _ASCII if _SPACE.match(c)).encode()
 _ASCII_WORD_OR_SPACE = "".join(c for c in _ASCII if not _SYMBOL.match(c)).encode()
+_ASCII_CONTROL = "".join(c for c in _ASCII if _CONTROL.match(c)).encode()
 
 
 class Cleaner:
@@ -29,7 +30,8 @@ class Cleaner:
         if self.form:
             text = unicodedata.normalize(self.form, text)
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-        text = _CONTROL.sub("", text)
+        if _has_control(text):   # (a regex scan of every text cost more than these checks)
+            text = _CONTROL.sub("", text)
         if " \n" in text or "\t\n" in text:     # (the scans below are slow; most texts need neither)
             text = _TRAILING_SPACE.sub("\n", text)
         if "\n\n\n" in text:
@@ -57,7 +59,7 @@ def symbol_ratio(text: str) -> float:
     visible = len(data.translate(None, _ASCII_SPACE))
     symbols = len(data.translate(None, _ASCII_WORD_OR_SPACE))
     if len(data) < len(text):
-        rest = "".join(_NON_ASCII.findall(text))
+        rest = non_ascii(text)
         visible += len(rest) - len(_SPACE.findall(rest))
         symbols += len(_SYMBOL.findall(rest))
     return symbols / visible if visible else 1.0
@@ -68,3 +70,18 @@ def repeated_line_fraction(text: str) -> float:
     duplicate-line filter: boilerplate, scraped menus, generated junk)."""
     lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
     return (len(lines) - len(set(lines))) / len(lines) if lines else 0.0
+
+
+def non_ascii(text: str) -> str:
+    """The text's characters above U+007F, in order: its UTF-8 less the ASCII bytes (every byte of a
+    longer character is >= 0x80), decoded again."""
+    return text.encode("utf-8", "surrogatepass").translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
+
+
+def _has_control(text: str) -> bool:
+    """Whether _CONTROL would remove anything: byte deletion over the ASCII part, the regex only over
+    the characters above U+007F (none in most texts)."""
+    data = text.encode("ascii", "ignore")
+    if len(data.translate(None, _ASCII_CONTROL)) != len(data):
+        return True
+    return len(data) < len(text) and _CONTROL.search(non_ascii(text)) is not None

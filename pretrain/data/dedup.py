@@ -8,9 +8,8 @@ document). Rule, first wins: a document is dropped when an earlier document of t
 is identical up to case/whitespace/punctuation (exact) or shares an LSH bucket with one (near:
 estimated word-shingle Jaccard similarity around `threshold`, datasketch's MinHashLSH banding).
 """
-import hashlib
 import zlib
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -102,8 +101,26 @@ def check_settings(dedup: dict) -> None:
                                 ) from None
 
 
-def band_keys(signature: np.ndarray, bands: int, width: int) -> List[int]:
-    """The LSH band keys of a signature: documents sharing one are near-duplicate candidates."""
-    raw, step = memoryview(signature.tobytes()), width * signature.itemsize
-    return np.frombuffer(b"".join(hashlib.blake2b(raw[b * step:(b + 1) * step], digest_size=8).digest()
-                                  for b in range(bands)), "<u8").tolist()
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB), np.uint64(31))
+
+
+def band_keys(signatures: np.ndarray, bands: int, width: int) -> np.ndarray:
+    """The LSH band keys [m, bands] (uint64) of m signatures [m, num_perm]: documents sharing one are
+    near-duplicate candidates. Each band's `width` values are folded by FNV-1a over the values and
+    spread by splitmix64's finalizer (the near stage partitions by a key's low bits), for all the
+    documents of a read task at once: a cryptographic hash per band and document (blake2b, before)
+    cost ~0.1 ms a document, as much as its MinHash."""
+    m = len(signatures)
+    values = signatures[:, :bands * width].reshape(m, bands, width).astype(np.uint64)
+    key = np.full((m, bands), _FNV_OFFSET, np.uint64)
+    for j in range(width):
+        key ^= values[:, :, j]
+        key *= _FNV_PRIME
+    s1, m1, s2, m2, s3 = _MIX
+    key ^= key >> s1
+    key *= m1
+    key ^= key >> s2
+    key *= m2
+    key ^= key >> s3
+    return key

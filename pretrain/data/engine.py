@@ -87,7 +87,9 @@ class RayEngine:
                                     "(or data.engine=local)") from None
         self.ray, self.workers = ray, workers
         self._started = False
-        env = {k: os.environ[k] for k in ("PYTHONPATH", "PRETRAIN_DATA_FAIL") if k in os.environ}
+        # Ray's workers are not this process's children: what they import from, and the run's own
+        # PRETRAIN_* settings, go to them explicitly
+        env = {k: v for k, v in os.environ.items() if k == "PYTHONPATH" or k.startswith("PRETRAIN_")}
         kwargs = dict(runtime_env={"env_vars": env} if env else None, logging_level="ERROR",
                       log_to_driver=False)
         if not ray.is_initialized():

@@ -28,11 +28,12 @@ rebuilt from its shard, with a warning line, and a shard is read only after its 
 """
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from pretrain.config.errors import PretrainDataError
+from pretrain.config.layout import ParallelLayout
 from pretrain.data.fsutil import save_npy_atomic
 from pretrain.data.hashing import stable_int
 from pretrain.data.mixture import MixtureSchedule
@@ -237,17 +238,5 @@ class BatchLoader:
         return rows_to_batch(rows, self.seq_length)
 
     def slots(self, steps: np.ndarray) -> np.ndarray:
-        """The global sample slots this rank trains at `steps`, in order (module doc)."""
-        first = steps[:, None] * (self.batch_size * self.dp_size) + self.dp_rank * self.batch_size
-        return (first + np.arange(self.batch_size)).ravel()
-
-    def realised_shares(self, steps: Union[int, Iterable[int]]) -> Dict[str, float]:
-        """Share of real (non-padding) tokens each dataset contributed to this rank's batches
-        over `steps` (an int n means steps 0..n-1)."""
-        steps = np.arange(steps) if isinstance(steps, (int, np.integer)) else np.fromiter(steps, np.int64)
-        tokens = np.zeros(len(self.names), np.float64)
-        for lo in range(0, len(steps), 1 << 16):
-            for d, _, rows in self._draw(self.slots(steps[lo:lo + (1 << 16)])):
-                tokens[d] += self.views[d].tokens[rows].sum()
-        total = tokens.sum()
-        return {n: float(t / total) if total else 0.0 for n, t in zip(self.names, tokens)}
+        """The global sample slots this rank trains at `steps`, in order: the layout's rule."""
+        return ParallelLayout.sample_slots(self.dp_rank, self.dp_size, steps, self.batch_size)

@@ -28,7 +28,6 @@ and redoes only the rest. Task outputs depend on nothing but the task, so any en
 count or retry gives the same bytes. The work directories live under <cache>/work/ and are
 removed once the stage's result is published.
 """
-import fnmatch
 import json
 import os
 import shutil
@@ -57,8 +56,6 @@ COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use
                                 # kernels (fasthash; the same values, so the choice never shows in the
                                 # output): numba's start-up in each worker (~0.9 CPU-s, ~150 MB) is
                                 # repaid by ~0.11 CPU-s per MB with near dedup on, ~0.03 with it off
-FAIL_ENV = "PRETRAIN_DATA_FAIL"   # test hook: "<stage>/<task>" raises; "<stage>/<task>:exit:<marker>"
-                                  # kills the process once (it creates <marker> first)
 
 # stage -> (tasks run, tasks reused) of the latest stage run in this process (for tests and logs)
 counts: Dict[str, tuple] = {}
@@ -68,29 +65,13 @@ counts: Dict[str, tuple] = {}
 # shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard), the
 # largest peak resident MB of a task's process and the most a task raised it above its start
 profile: Dict[str, Dict[str, float]] = {}
-WORK_LAYOUT = 2   # in the name of a clean store's work directory: bumped when task outputs change form, so
+WORK_LAYOUT = 3   # in the name of a clean store's work directory: bumped when task outputs change form, so
                   # a rerun never reuses an interrupted run's task outputs of another form (2: one file set
-                  # per read task, partitions by input size)
+                  # per read task, partitions by input size; 3: band keys by FNV-1a + splitmix64)
 SHUFFLED = ("exact-*.npy", "band-*.npy", "drop.npy", "edges.npy", "train-*.npz", "val-*.npz")
 
 
 # ---------------------------------------------------------------- running and committing tasks
-
-def _maybe_fail(stage: str, name: str) -> None:
-    spec = os.environ.get(FAIL_ENV)
-    if not spec:
-        return
-    pattern, _, rest = spec.partition(":")
-    if not fnmatch.fnmatch(f"{stage}/{name}", pattern):
-        return
-    if rest.startswith("exit:"):
-        marker = Path(rest[5:])
-        if marker.exists():
-            return
-        marker.touch()
-        os._exit(1)             # a lost worker: no cleanup, no exception
-    raise RuntimeError(f"injected failure in task {stage}/{name} ({FAIL_ENV})")
-
 
 def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
     """Run `work` into a temp directory and publish it as `out` with its completion record."""
@@ -104,7 +85,6 @@ def _commit(out: str, stage: str, work: Callable[[Path], Dict]) -> Dict:
         record["cpu_s"] = round(time.process_time() - cpu, 4)     # this task's own cost (profile)
         record["rss_mb"] = [round(rss0, 1), round(_peak_rss(), 1)]  # at its start, its peak (profile)
         record["shuffle_bytes"] = sum(f.stat().st_size for g in SHUFFLED for f in tmp.glob(g))
-        _maybe_fail(stage, final.name)
         write_json_atomic(tmp / DONE, record)
     return record
 
@@ -251,7 +231,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     writer = DocStoreWriter(tmp)
     digests = bytearray()
     chars: List[int] = []
-    keys: List[List[int]] = []
+    signatures: List[np.ndarray] = []   # MinHash of the signed documents; band keys for all at the end
     dropped: Counter = Counter()
     seen = split_docs = extra = 0
     if t.byte_range:
@@ -284,7 +264,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         # before the near stage reads any band key: its signature is not computed.
         if hasher and not (dedup["exact"] and digest in earlier):
             signed.append(len(chars) - 1)
-            keys.append(band_keys(hasher.signature_of(words, t.compiled), bands, width))
+            signatures.append(hasher.signature_of(words, t.compiled))
         if dedup["exact"]:
             earlier.add(digest)
     writer.close()
@@ -297,7 +277,8 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
                     index=index, digest=d)
     if near and n:
         m, index = len(signed), np.asarray(signed, np.int64)
-        key = np.asarray(keys, np.uint64).reshape(-1)        # document-major: m x bands
+        signed_sigs = np.stack(signatures) if signatures else np.zeros((0, bands * width), np.uint32)
+        key = band_keys(signed_sigs, bands, width).reshape(-1)   # document-major: m x bands
         _save_parts(tmp, "band", key % np.uint64(t.parts), t.parts, index=np.repeat(index, bands),
                     band=np.tile(np.arange(bands, dtype=np.int16), m), key=key)
     return {"in": seen, "candidates": n, "dropped": dict(dropped),

@@ -41,7 +41,7 @@ def register() -> None:
         def on_train_step_end(self, run_context: Any) -> None:
             from pretrain.train import ranks
 
-            if not ranks.is_logging_rank():
+            if not ranks.writes_run_files():
                 return
             cb = run_context.original_args()
             loss, overflow, _, lr, norm = _get_loss_output(cb.net_outputs)

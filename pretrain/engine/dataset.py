@@ -27,7 +27,7 @@ class PhaseSamples:
     def __init__(self, run_dir: str, phase: str, shard_id: int, num_shards: int) -> None:
         from omegaconf import OmegaConf
 
-        from pretrain.config.validate import phase_steps, phases
+        from pretrain.config.phases import phase_steps, phases
         from pretrain.data.prepare import prepare
         from pretrain.train.build import make_loader
 

@@ -7,11 +7,12 @@ our LR class, shard loader and loss log -> Trainer(config).train(). Phases run i
 process of its own (MindFormers builds one Trainer per process); a phase whose own checkpoints exist
 resumes from the newest (with data skip), a finished phase is skipped.
 Launchers reach it through pretrain.worker (msrun, node scripts, Slurm) or in-process (one device),
-which dispatch on pretrain.config.validate.engine(cfg) (the layout decides: config/layout.py).
+which dispatch on pretrain.config.layout.engine_of(cfg) (the layout decides: config/layout.py).
 """
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config import validate
 from pretrain.config.errors import PretrainRunError
+from pretrain.config.phases import phases
 from pretrain.engine import phases as engine_phases
 
 
@@ -178,6 +180,13 @@ def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
     per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
     # after the first step (graph compilation), like our loop's Throughput
     timed = log[-1]["time"] - log[0]["time"] if len(log) > 1 else 0.0
+    step_times = [b["time"] - a["time"] for a, b in zip(log, log[1:])]
+    from pretrain.train import ranks
+
+    if step_times and ranks.writes_run_files():   # this hardware's calibration point for MindFormers' step
+        from pretrain.train.loop import plan_of, record_calibration
+
+        record_calibration(cfg, plan_of(cfg), statistics.median(step_times))
     return {
         "phase": phase,
         "resumed_at": resumed_at,
@@ -197,7 +206,7 @@ def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
     prepare_environment(str(run_dir))
     validate.check(cfg)
     validate.check_trainable(cfg)
-    names: List[str] = [str(p.name) for p in validate.phases(cfg)]
+    names: List[str] = [str(p.name) for p in phases(cfg)]
     if only is not None:
         if only not in names:
             raise PretrainRunError(
@@ -225,7 +234,7 @@ def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
     summary = {"run_dir": str(run_dir), "engine": "mindformers", "phases": results}
     from pretrain.train import ranks
 
-    if ranks.is_logging_rank():
+    if ranks.writes_run_files():
         from pretrain.io import write_atomic
 
         write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))

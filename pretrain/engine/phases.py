@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig
 
 from pretrain.config.layout import mindformers_checkpoint_dir, mindformers_output_dir
-from pretrain.config.validate import phase_steps, phases
+from pretrain.config.phases import phase_steps, phases
 from pretrain.engine.lr import lr_block
 from pretrain.model import mindformers_config as mfc
 from pretrain.train.schedule import PhaseLR, curriculum

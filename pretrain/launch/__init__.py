@@ -34,8 +34,8 @@ def describe(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
         print(describe_nodes(cfg, run_dir, written=False))
         return {}
     from pretrain.launch import msrun
-    from pretrain.config.validate import engine
-    where = "pretrain.engine.mindformers" if engine(cfg) == "mindformers" else "pretrain.train.loop"
+    from pretrain.config.layout import engine_of
+    where = "pretrain.engine.mindformers" if engine_of(cfg) == "mindformers" else "pretrain.train.loop"
     here = in_process(cfg)
     for phase in ([None] if here else launches.engine_launches(cfg)):
         print("would run:", f"in this process ({where})" if here
@@ -87,10 +87,10 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
 def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> None:
     """run_dir/mindformers_<phase>.yaml, which MindFormers' trainer runs (train.engine=mindformers) and
     a user can run with MindFormers' own run script; written for every run, dry runs included."""
-    from pretrain.config.validate import engine
+    from pretrain.config.layout import engine_of
     from pretrain.engine.phases import write_phases
     paths = write_phases(cfg, run_dir, pad_token_id)
-    print(f"engine {engine(cfg)}: MindFormers yamls {', '.join(p.name for p in paths)} in {run_dir}", flush=True)
+    print(f"engine {engine_of(cfg)}: MindFormers yamls {', '.join(p.name for p in paths)} in {run_dir}", flush=True)
 
 
 def measured(summary: Dict[str, Any]) -> Dict[str, Any]:

@@ -105,8 +105,8 @@ def steps_lost(run_dir: Path, cfg: Optional[DictConfig] = None) -> Tuple[Optiona
     """(last step the run logged, newest checkpoint's step): the steps between them train again.
     MindFormers' engine (cfg given): those of the phase in progress, from its own loss log and
     checkpoints (pretrain.engine.mindformers.steps_lost)."""
-    from pretrain.config.validate import engine
-    if cfg is not None and engine(cfg) == "mindformers":
+    from pretrain.config.layout import engine_of
+    if cfg is not None and engine_of(cfg) == "mindformers":
         from pretrain.engine.mindformers import steps_lost as phase_steps_lost
         return phase_steps_lost(cfg, run_dir)
     from pretrain.resilience.checkpoint import CheckpointManager
@@ -114,5 +114,5 @@ def steps_lost(run_dir: Path, cfg: Optional[DictConfig] = None) -> Tuple[Optiona
     metrics = run_dir / "metrics.jsonl"
     records = read_metrics(metrics) if metrics.is_file() else []
     trained = [int(r["step"]) for r in records if r["kind"] == "train"]
-    saved = CheckpointManager(run_dir / "checkpoints", keep_latest=1, writer=False).list()
+    saved = CheckpointManager(run_dir / "checkpoints", keep_latest=1, writes_run_files=False).list()
     return (max(trained) if trained else None), (saved[0].step if saved else None)

@@ -1,4 +1,4 @@
-"""Every CPU replacement for the MindFormers Mcore training graph, in one place (DESIGN §5).
+"""Every CPU replacement for the MindFormers Mcore training graph, in one place.
 
 mindformers 1.9.0's `parallel_core.training_graph` is written for Ascend. On CPU it needs eight
 runtime replacements, applied by `apply()` only when hardware.device == cpu, before the model is

@@ -5,15 +5,20 @@ composed config: the FLOPs one device computes per step (the planner's F2 × tok
 under full recompute), the median step time after compile, the process's peak host memory and the
 memory the planner gives for that config. Points are kept per hardware option in
 `<data.cache_dir>/calibration/<hardware.name>.json`, newest last, one per model shape and batch
-(a later measurement of the same replaces the older). A plan uses the points of its own model
-architecture when there are some (sequence length and batch may differ: they change the FLOPs),
-else all of the hardware's.
+(a later measurement of the same replaces the older). A plan uses the points of its own engine (our
+loop and MindFormers' trainer compile different graphs), of its own model architecture when there
+are some (sequence length and batch may differ: they change the FLOPs), else all of the engine's.
 
-The step-time model fitted over those points is `step_s = overhead_s + flops / flops_per_s`:
+The step-time model fitted over those points is `step_s = overhead_s + flops / rate(seq)`:
 a fixed cost per step (kernel launches, the optimizer's per-parameter passes, the all-reduce's
 latency) plus compute at the rate this device really achieves. One point (or points of a single
-size) fixes the rate alone (overhead 0); two sizes or more fit both by least squares. The memory
-model is `rss = model states + fixed_gb + activation_scale x activations`: on CPU MindSpore's
+size) fixes the rate alone (overhead 0); two sizes or more at one sequence length fit both by least
+squares. The rate depends on the sequence length, `rate(seq) = flops_per_s x (seq / ref_seq) **
+seq_exponent`: longer rows make larger attention matrices, on which a CPU's kernels achieve more per
+FLOP (measured here: doubling the sequence cost 1.5-1.8x the time for 2.1x the FLOPs, doubling the
+rows 1.9-2.2x). Points at two sequence lengths or more fit the exponent (the overhead then comes from
+the pairs of sizes at one length); with one length it is 0 and the rate is the same for every seq.
+The memory model is `rss = model states + fixed_gb + activation_scale x activations`: on CPU MindSpore's
 runtime (~1 GB here) plus what its compiled graphs keep of each micro-batch, an unfused multiple
 (~12-15x here) of the planned activations and logits (Korthikanti's count for fused kernels), once
 per training graph the process compiled (the update cell, and the accumulate cell under gradient
@@ -24,6 +29,8 @@ Reading and writing the file is this module's only I/O; the planner itself stays
 `Calibration` or None).
 """
 import json
+import math
+import re
 import socket
 import statistics
 import time
@@ -35,6 +42,7 @@ from pretrain.io import write_atomic
 
 CALIBRATION_DIR = "calibration"
 MAX_POINTS = 64     # per hardware option: the newest are kept
+ENGINE_TAG = "-mindformers"   # in the shape key of a point MindFormers' trainer measured
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Point:
     host: str
     date: str
     activations_gb: float = 0.0   # of planned_gb: the activations and logits of the graphs it compiled
+    seq: int = 0                  # the sequence length it ran (0 in points older than the field: see seq_of)
 
 
 @dataclass(frozen=True)
@@ -59,9 +68,14 @@ class Calibration:
     host: str             # of the newest point
     date: str
     activation_scale: float = 1.0
+    seq_exponent: float = 0.0   # rate(seq) = flops_per_s x (seq / ref_seq) ** seq_exponent
+    ref_seq: int = 0
 
-    def step_s(self, flops: float) -> float:
-        return self.overhead_s + flops / self.flops_per_s
+    def step_s(self, flops: float, seq: int = 0) -> float:
+        rate = self.flops_per_s
+        if self.seq_exponent and seq > 0 and self.ref_seq > 0:
+            rate *= (seq / self.ref_seq) ** self.seq_exponent
+        return self.overhead_s + flops / rate
 
     def beyond_plan_gb(self, activations_gb: float, graphs: int) -> float:
         """What a process holds beyond the plan's peak (states + one micro-batch's activations once):
@@ -93,10 +107,19 @@ def record(cache_dir: str, hardware: str, point: Point) -> None:
 
 
 def new_point(shape: str, flops: float, step_s: float, rss_gb: float, planned_gb: float,
-              activations_gb: float) -> Point:
+              activations_gb: float, seq: int) -> Point:
     return Point(shape=shape, flops=float(flops), step_s=float(step_s), rss_gb=float(rss_gb),
                  planned_gb=float(planned_gb), host=socket.gethostname(), date=time.strftime("%Y-%m-%d"),
-                 activations_gb=float(activations_gb))
+                 activations_gb=float(activations_gb), seq=int(seq))
+
+
+def seq_of(point: Point) -> int:
+    """The sequence length of a point: its own field, or for an older point the one its shape key names
+    (`...|s<seq>-mb...`); 0 if neither says."""
+    if point.seq:
+        return point.seq
+    found = re.search(r"\|s(\d+)-", point.shape)
+    return int(found.group(1)) if found else 0
 
 
 def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
@@ -104,18 +127,52 @@ def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
     pts = [p for p in points if p.flops > 0 and p.step_s > 0]
     if not pts:
         return None
-    overhead, per_flop = 0.0, sum(p.step_s for p in pts) / sum(p.flops for p in pts)
-    line = _line([p.flops for p in pts], [p.step_s for p in pts])
-    if line:   # else one size, or a negative overhead (noise): keep the rate alone
-        overhead, per_flop = line
+    seqs = {seq_of(p) for p in pts}
+    if len(seqs) > 1 and 0 not in seqs:
+        overhead, rate, exponent, ref_seq = _fit_over_seq(pts)
+    else:
+        overhead, rate, exponent, ref_seq = *_fit_one_seq(pts), 0.0, 0
     fixed, scale = max(statistics.median(p.rss_gb - p.planned_gb for p in pts), 0.0), 1.0
     held = [p for p in pts if p.activations_gb > 0]   # points recorded before the split say nothing
     line = _line([p.activations_gb for p in held],
                  [p.rss_gb - (p.planned_gb - p.activations_gb) for p in held])
     if line:
         fixed, scale = line
-    return Calibration(hardware=hardware, overhead_s=overhead, flops_per_s=1.0 / per_flop, fixed_gb=fixed,
-                       points=len(pts), host=pts[-1].host, date=pts[-1].date, activation_scale=scale)
+    return Calibration(hardware=hardware, overhead_s=overhead, flops_per_s=rate, fixed_gb=fixed,
+                       points=len(pts), host=pts[-1].host, date=pts[-1].date, activation_scale=scale,
+                       seq_exponent=exponent, ref_seq=ref_seq)
+
+
+def _fit_one_seq(pts: List[Point]) -> Tuple[float, float]:
+    """(overhead_s, flops_per_s): the least-squares line through (flops, step_s), or the rate alone
+    (overhead 0) for one size or a line that would cross zero (noise)."""
+    line = _line([p.flops for p in pts], [p.step_s for p in pts])
+    if line:
+        return line[0], 1.0 / line[1]
+    return 0.0, sum(p.flops for p in pts) / sum(p.step_s for p in pts)
+
+
+def _fit_over_seq(pts: List[Point]) -> Tuple[float, float, float, int]:
+    """(overhead_s, flops_per_s at ref_seq, seq_exponent, ref_seq) over points at several sequence
+    lengths: the overhead is the mean of the lines' intercepts at each length that has two sizes (0
+    if none has), then log(rate) = log(flops / (step - overhead)) is a line in log(seq / ref_seq),
+    ref_seq being the longest."""
+    by_seq = {}
+    for p in pts:
+        by_seq.setdefault(seq_of(p), []).append(p)
+    lines = [_line([p.flops for p in group], [p.step_s for p in group]) for group in by_seq.values()]
+    intercepts = [line[0] for line in lines if line]
+    overhead = statistics.fmean(intercepts) if intercepts else 0.0
+    ref_seq = max(by_seq)
+    timed = [p for p in pts if p.step_s > overhead]
+    if not timed:
+        return (*_fit_one_seq(pts), 0.0, 0)
+    xs = [math.log(seq_of(p) / ref_seq) for p in timed]
+    ys = [math.log(p.flops / (p.step_s - overhead)) for p in timed]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mx) ** 2 for x in xs)
+    exponent = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / spread if spread else 0.0
+    return overhead, math.exp(my - exponent * mx), exponent, ref_seq
 
 
 def _line(xs: List[float], ys: List[float]) -> Optional[Tuple[float, float]]:
@@ -131,12 +188,21 @@ def _line(xs: List[float], ys: List[float]) -> Optional[Tuple[float, float]]:
 
 
 def load(cfg: Any) -> Optional[Calibration]:
-    """The calibration of cfg's hardware option from the cache (its architecture's points if any were
-    recorded, else all of the hardware's), or None."""
+    """The calibration of cfg's hardware option from the cache, or None: the points of cfg's engine
+    (our loop and MindFormers' trainer compile different graphs), of its architecture if any were
+    recorded, else all of the engine's on that hardware."""
     hardware = str(cfg.hardware.name)
-    points = read_points(str(cfg.data.cache_dir), hardware)
+    theirs = bool(_engine_tag(cfg))
+    points = [p for p in read_points(str(cfg.data.cache_dir), hardware) if (ENGINE_TAG in p.shape) == theirs]
     own = [p for p in points if p.shape.split("|")[0] == arch_key(cfg)]
     return fit(hardware, own or points)
+
+
+def _engine_tag(cfg: Any) -> str:
+    """What a shape key ends with for cfg's engine: "" for our loop (the keys before engines were
+    told apart are all its), "-mindformers" for MindFormers' trainer."""
+    from pretrain.config.layout import engine_of
+    return ENGINE_TAG if engine_of(cfg) == "mindformers" else ""
 
 
 def arch_key(cfg: Any) -> str:
@@ -148,4 +214,4 @@ def arch_key(cfg: Any) -> str:
 def shape_key(cfg: Any) -> str:
     p = cfg.parallel
     return (f"{arch_key(cfg)}|s{cfg.model.seq_length}-mb{p.micro_batch_size}-gb{cfg.train.global_batch_size}"
-            f"-dp{p.dp}-rc{p.recompute}")
+            f"-dp{p.dp}-rc{p.recompute}{_engine_tag(cfg)}")

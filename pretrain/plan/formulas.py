@@ -1,7 +1,7 @@
-"""The planner's formulas (DESIGN §4, F1-F6), as pure functions of numbers.
+"""The planner's formulas (F1-F6 below), as pure functions of numbers.
 
 Nothing here reads a config: planner.py maps the composed config onto these. Units are bytes,
-FLOPs and seconds; GB means 1e9 bytes throughout (the DESIGN test values use decimal GB).
+FLOPs and seconds; GB means 1e9 bytes throughout (tests/test_planner.py's reference values use decimal GB).
 """
 import math
 from dataclasses import dataclass

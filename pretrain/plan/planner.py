@@ -1,7 +1,7 @@
 """plan(cfg): memory per device, step time, days per phase and checkpoint interval for one composed
 config, before anything is launched. Pure Python; never imports mindspore or mindformers.
 
-The formulas live in formulas.py (DESIGN §4); this module maps the config onto them and states its
+The formulas live in formulas.py; this module maps the config onto them and states its
 assumptions. It assumes a valid layout (pretrain/config/validate.py owns those rules) but guards
 every division, so an invalid one still yields a plan instead of a crash.
 """
@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from pretrain.config.layout import ParallelLayout, world_size
-from pretrain.config.validate import phases
+from pretrain.config.layout import ParallelLayout
+from pretrain.config.phases import phases
 from pretrain.plan.calibration import Calibration
 from pretrain.plan.formulas import (GB, ModelShape, ParamCount, activation_bytes_per_layer, bubble_fraction,
                                     bytes_per_param, checkpoint_overhead, chunks_in_flight, flops_per_token,
@@ -32,26 +32,6 @@ RESTART_S = 600.0
 BUBBLE_WARN = 0.20
 COMM_WARN = 0.25          # exposed communication as a share of the step
 HEADROOM_WARN = 0.10      # allocator fragmentation and workspaces usually need several GB
-
-
-@dataclass(frozen=True)
-class Layout:
-    dp: int
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    vpp: int
-    devices: int                 # dp·tp·pp·cp
-    micro_batch: int
-    micro_batches: float         # m = train.grad_accum, per data-parallel rank per step
-    zero_stage: int
-    recompute: str
-    sequence_parallel: bool
-    schedule: str
-    grad_fp32: bool
-    precision: str
-    flash_attention: bool        # Ascend kernels never store the s² scores; the CPU path does
 
 
 @dataclass(frozen=True)
@@ -114,7 +94,7 @@ class Plan:
     model: str
     parallel: str
     hardware: str
-    layout: Layout
+    layout: ParallelLayout
     params_total: int
     params_active: int
     flops_per_token: float
@@ -170,36 +150,15 @@ def _get(node: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _layout(cfg: Any) -> Layout:
-    par, hw = cfg.parallel, cfg.hardware
-    size = {k: max(int(_get(par, k, 1)), 1) for k in ("dp", "tp", "pp", "cp", "ep", "vpp")}
-    return Layout(**size, devices=world_size(size),
-                  micro_batch=max(int(_get(par, "micro_batch_size", 1)), 1),
-                  micro_batches=_micro_batches(cfg),
-                  zero_stage=int(_get(par, "zero_stage", 0)),
-                  recompute=str(_get(par, "recompute", "none")),
-                  sequence_parallel=bool(_get(par, "sequence_parallel", False)),
-                  schedule=str(_get(par, "pipeline_schedule", "1f1b")),
-                  grad_fp32=bool(_get(par, "grad_fp32", True)),
-                  precision=str(_get(hw, "precision", "bf16")),
-                  flash_attention=str(_get(hw, "device")) != "cpu")
-
-
-def _micro_batches(cfg: Any) -> float:
-    """m = train.grad_accum (floored by its resolver when the batch does not divide, which
-    validate.py reports)."""
-    return max(float(_get(cfg.train, "grad_accum", 1)), 1.0)
-
-
-def _layers_on_rank(layers: int, lay: Layout, explicit: Optional[List[int]], rank: int) -> int:
+def _layers_on_rank(layers: int, lay: ParallelLayout, explicit: Optional[List[int]], rank: int) -> int:
     # Rank r runs virtual stages r, r+p, r+2p, ... of an explicit split; an even split that does not
     # divide is rounded up: the rank with the most layers is the one that must fit.
-    if explicit and len(explicit) == lay.pp * lay.vpp:
+    if explicit and len(explicit) == lay.virtual_stages:
         return int(sum(explicit[rank::lay.pp]))
     return math.ceil(layers / lay.pp)
 
 
-def _stage_params(shape: ModelShape, lay: Layout, layers: int, rank: int) -> Tuple[float, float]:
+def _stage_params(shape: ModelShape, lay: ParallelLayout, layers: int, rank: int) -> Tuple[float, float]:
     """(dense, expert) parameters one device of pipeline rank `rank` holds. The first rank holds the
     embedding, the last the head and final norm; with pp > 1 a tied head is a second copy."""
     lp = layer_params(shape)
@@ -210,46 +169,47 @@ def _stage_params(shape: ModelShape, lay: Layout, layers: int, rank: int) -> Tup
     return (layers * lp.dense + outside) / lay.tp, layers * lp.experts / (lay.ep * lay.tp)
 
 
-def _stage_memory(shape: ModelShape, lay: Layout, explicit: Optional[List[int]], rank: int
+def _stage_memory(shape: ModelShape, lay: ParallelLayout, explicit: Optional[List[int]], rank: int
                   ) -> StageMemory:
     layers = _layers_on_rank(shape.layers, lay, explicit, rank)
     dense, experts = _stage_params(shape, lay, layers, rank)
     per_param = bytes_per_param(lay.precision, lay.grad_fp32)
     # ZeRO shards over the data-parallel group (dp·cp, as Megatron's distributed optimizer does);
     # routed experts are replicated only dp·cp/ep times, so their states shard over that.
-    group = lay.dp * lay.cp
+    group = lay.grad_reduce_size
     w, g, o = (a + b for a, b in zip(model_states(dense, lay.zero_stage, group, per_param),
                                       model_states(experts, lay.zero_stage, group / lay.ep, per_param)))
     scale = 2.0 if lay.precision == "fp32" else 1.0
-    args = dict(micro_batch=lay.micro_batch, tp=lay.tp, sequence_parallel=lay.sequence_parallel,
+    args = dict(micro_batch=lay.micro_batch_size, tp=lay.tp, sequence_parallel=lay.sequence_parallel,
                 flash_attention=lay.flash_attention, cp=lay.cp, element_scale=scale)
-    layers_in_flight = chunks_in_flight(rank, lay.pp, lay.vpp, lay.micro_batches, lay.schedule) * layers / lay.vpp
+    in_flight = chunks_in_flight(rank, lay.pp, lay.vpp, lay.grad_accum, lay.pipeline_schedule)
+    layers_in_flight = in_flight * layers / lay.vpp
     acts = layers_in_flight * activation_bytes_per_layer(shape, recompute=lay.recompute, **args)
     if lay.recompute == "full" and layers:
         acts += activation_bytes_per_layer(shape, recompute="none", **args)   # the layer being recomputed
     last = rank == lay.pp - 1
-    logits = shape.seq / lay.cp * lay.micro_batch * shape.vocab * 4.0 / lay.tp if last else 0.0
+    logits = shape.seq / lay.cp * lay.micro_batch_size * shape.vocab * 4.0 / lay.tp if last else 0.0
     stage = "only" if lay.pp == 1 else ("first" if rank == 0 else "last")
     parts = [w / GB, g / GB, o / GB, acts / GB, logits / GB]
     return StageMemory(stage, layers, dense + experts, *parts, total_gb=sum(parts))
 
 
-def _comm(shape: ModelShape, lay: Layout, hw: Any, explicit: Optional[List[int]], compute_s: float
+def _comm(shape: ModelShape, lay: ParallelLayout, hw: Any, explicit: Optional[List[int]], compute_s: float
           ) -> Comm:
     dpn = max(int(_get(hw, "devices_per_node", 1)), 1)
     intra, inter = float(_get(hw, "intra_node_gbps", 10.0)), float(_get(hw, "inter_node_gbps", 10.0))
-    t, cp, m = lay.tp, lay.cp, lay.micro_batches
+    t, cp, m = lay.tp, lay.cp, lay.grad_accum
     act = 4.0 if lay.precision == "fp32" else 2.0
     grad = bytes_per_param(lay.precision, lay.grad_fp32)[1]
     layers = max(_layers_on_rank(shape.layers, lay, explicit, r) for r in {0, lay.pp - 1})
     dense, experts = max((_stage_params(shape, lay, _layers_on_rank(shape.layers, lay, explicit, r), r)
                           for r in {0, lay.pp - 1}), key=sum)
-    tokens = lay.micro_batch * shape.seq / cp                       # per micro-batch on this device
+    tokens = lay.micro_batch_size * shape.seq / cp                       # per micro-batch on this device
     sp_div = t if lay.sequence_parallel else 1
     # DP: gradient all-reduce (ZeRO-1/2: reduce-scatter + all-gather, same bytes); ZeRO-3 also
     # gathers the weights again for backward: 1.5x.
-    dp = ring_allreduce_bytes(lay.dp * cp, dense * grad)
-    dp += ring_allreduce_bytes(lay.dp * cp / lay.ep, experts * grad)
+    dp = ring_allreduce_bytes(lay.grad_reduce_size, dense * grad)
+    dp += ring_allreduce_bytes(lay.grad_reduce_size / lay.ep, experts * grad)
     dp *= 1.5 if lay.zero_stage >= 3 else 1.0
     # TP: 2 all-reduces forward + 2 backward per layer (SP's all-gather/reduce-scatter pairs move the
     # same bytes); full recompute repeats the forward's 2.
@@ -287,23 +247,23 @@ def _phase_days(cfg: Any, tokens_per_step: float, tokens_per_s: float) -> Tuple[
     return tuple(out)
 
 
-def checkpoint_shard_gb(lay: Layout, params: float) -> float:
+def checkpoint_shard_gb(lay: ParallelLayout, params: float) -> float:
     """What one rank writes: the fp32 parameters it holds (MindSpore's parameters are the fp32 masters;
     bf16 is only the compute cast) and its Adam m and v, as MindFormers' per-rank shards and our
     loop's checkpoints hold them. ZeRO (optimizer parallel) shards m, v over the data-parallel group
     from level 1 and the parameters too at level 3."""
-    group = lay.dp * lay.cp
+    group = lay.grad_reduce_size
     weights = 4.0 * params / (group if lay.zero_stage >= 3 else 1)
     moments = 8.0 * params / (group if lay.zero_stage >= 1 else 1)
     return (weights + moments) / GB
 
 
-def _checkpoint(cfg: Any, lay: Layout, peak: StageMemory, step_s: float) -> CheckpointPlan:
+def _checkpoint(cfg: Any, lay: ParallelLayout, peak: StageMemory, step_s: float) -> CheckpointPlan:
     hw = cfg.hardware
     gb = checkpoint_shard_gb(lay, peak.params)
-    writers = min(max(int(_get(hw, "devices_per_node", 1)), 1), lay.devices)
+    writers = min(max(int(_get(hw, "devices_per_node", 1)), 1), lay.world_size)
     write_s = gb * writers / CHECKPOINT_WRITE_GBPS_PER_NODE
-    rate = float(_get(hw, "failures_per_device_hour", 0.0)) * lay.devices
+    rate = float(_get(hw, "failures_per_device_hour", 0.0)) * lay.world_size
     if rate <= 0 or write_s <= 0:
         return CheckpointPlan(gb, write_s, None, None, None, None)
     mtbf_s = 3600.0 / rate
@@ -318,7 +278,7 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
     fitted model of the measured steps of this hardware option, which include their communication;
     otherwise compute at train.efficiency of peak plus the modelled exposed communication."""
     shape = model_shape(cfg.model)
-    lay = _layout(cfg)
+    lay = ParallelLayout.from_config(cfg)
     hw, train = cfg.hardware, cfg.train
     explicit = _get(cfg.parallel, "pipeline_layers")
     explicit = [int(x) for x in explicit] if explicit else None
@@ -330,21 +290,21 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
     peak = last if last.total_gb > first.total_gb else first
     capacity = float(_get(hw, "memory_gb_per_device", 0.0))
     w, _, o = bytes_per_param(lay.precision, lay.grad_fp32)
-    naive = pc.total * (w + o) / lay.devices / GB
+    naive = pc.total * (w + o) / lay.world_size / GB
 
     peak_tflops = float(_get(hw, "peak_tflops", 0.0))
     tokens_per_step = float(_get(train, "global_batch_size", 0)) * shape.seq
     recompute_factor = _recompute_factor(lay)
     flops_per_step = _device_flops(cfg, shape, lay)
     if calibration is not None:
-        compute_s = calibration.step_s(flops_per_step)
+        compute_s = calibration.step_s(flops_per_step, shape.seq)
     else:
         compute_s = _div(flops_per_step, peak_tflops * 1e12 * float(_get(train, "efficiency", 0.45)))
-    bubble = bubble_fraction(lay.pp, lay.micro_batches, lay.vpp, lay.schedule)
+    bubble = bubble_fraction(lay.pp, lay.grad_accum, lay.vpp, lay.pipeline_schedule)
     comm = _comm(shape, lay, hw, explicit, compute_s)
     step_s = compute_s / (1.0 - bubble) + (comm.exposed_s if calibration is None else 0.0)
     tok_s = _div(tokens_per_step, step_s)
-    mfu = _div(tok_s / lay.devices * f2, peak_tflops * 1e12)
+    mfu = _div(tok_s / lay.world_size * f2, peak_tflops * 1e12)
     days = _phase_days(cfg, tokens_per_step, tok_s)
     ckpt = _checkpoint(cfg, lay, peak, step_s)
 
@@ -353,7 +313,7 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
     target_days = _get(_get(cfg, "plan"), "target_days")
     target = _target(cfg, lay, total_days, float(target_days)) if target_days else None
     naive_note = (f"fully sharded model states alone are {naive:.3g} GB/device "
-                  f"(P x {w + o:.0f} B / {lay.devices} devices); that figure ignores gradients, "
+                  f"(P x {w + o:.0f} B / {lay.world_size} devices); that figure ignores gradients, "
                   f"activations and logits: the peak stage needs {peak.total_gb:.3g} GB")
     warnings = _warnings(cfg, lay, peak, capacity, naive, bubble, comm, step_s, ckpt)
     return Plan(model=str(cfg.model.name), parallel=str(_get(cfg.parallel, "name", "")),
@@ -362,18 +322,18 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
                 memory_last=last, peak_stage=peak.stage, peak_gb=peak.total_gb, capacity_gb=capacity,
                 fits=fits, headroom_gb=capacity - peak.total_gb, naive_states_gb=naive, naive_note=naive_note,
                 bubble=bubble, comm=comm, tokens_per_step=tokens_per_step, compute_s=compute_s, step_s=step_s,
-                tokens_per_s_device=_div(tok_s, lay.devices), tokens_per_s=tok_s, mfu=mfu,
+                tokens_per_s_device=_div(tok_s, lay.world_size), tokens_per_s=tok_s, mfu=mfu,
                 hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
                 efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings),
-                engine=_engine_of(cfg), calibration=calibration.source if calibration else None,
+                engine=lay.engine, calibration=calibration.source if calibration else None,
                 framework_gb=_framework_gb(calibration, peak, lay) if str(_get(hw, "device")) == "cpu"
                 else 0.0)
 
 
-def _graphs(lay: Layout) -> int:
+def _graphs(lay: ParallelLayout) -> int:
     """Training graphs one process compiles: the update cell, and the accumulate-only cell when a
     step accumulates micro-batches (on CPU each keeps its own intermediates)."""
-    return 2 if lay.micro_batches > 1 else 1
+    return 2 if lay.grad_accum > 1 else 1
 
 
 def memory_split_gb(plan_: "Plan") -> Tuple[float, float]:
@@ -385,7 +345,7 @@ def memory_split_gb(plan_: "Plan") -> Tuple[float, float]:
     return peak.total_gb - acts, acts * _graphs(plan_.layout)
 
 
-def _framework_gb(calibration: Optional[Calibration], peak: StageMemory, lay: Layout) -> float:
+def _framework_gb(calibration: Optional[Calibration], peak: StageMemory, lay: ParallelLayout) -> float:
     if calibration is None:
         return 0.0
     return calibration.beyond_plan_gb(peak.activations_gb + peak.logits_gb, _graphs(lay))
@@ -393,36 +353,29 @@ def _framework_gb(calibration: Optional[Calibration], peak: StageMemory, lay: La
 
 def device_flops_per_step(cfg: Any) -> float:
     """FLOPs one device computes per optimizer step (what a calibration point's step time is fitted to)."""
-    return _device_flops(cfg, model_shape(cfg.model), _layout(cfg))
+    return _device_flops(cfg, model_shape(cfg.model), ParallelLayout.from_config(cfg))
 
 
-def _recompute_factor(lay: Layout) -> float:
+def _recompute_factor(lay: ParallelLayout) -> float:
     return 4.0 / 3.0 if lay.recompute == "full" else 1.0    # one extra forward: HFU, not MFU
 
 
-def _device_flops(cfg: Any, shape: ModelShape, lay: Layout) -> float:
+def _device_flops(cfg: Any, shape: ModelShape, lay: ParallelLayout) -> float:
     """Its share of the global batch's tokens x F2, with the recomputed forward of recompute=full."""
     tokens_per_step = float(_get(cfg.train, "global_batch_size", 0)) * shape.seq
-    return tokens_per_step / lay.devices * flops_per_token(shape) * _recompute_factor(lay)
+    return tokens_per_step / lay.world_size * flops_per_token(shape) * _recompute_factor(lay)
 
 
-def _engine_of(cfg: Any) -> str:
-    try:
-        return ParallelLayout.from_config(cfg).engine
-    except (AttributeError, KeyError, TypeError):   # a partial config (a layout tried by suggest.py)
-        return "pretrain"
-
-
-def _target(cfg: Any, lay: Layout, days: float, target_days: float) -> Target:
+def _target(cfg: Any, lay: ParallelLayout, days: float, target_days: float) -> Target:
     """More data-parallel replicas of the same layout, assuming the step time per replica holds (the
     global batch is split over more replicas, so each does less; a first-order estimate)."""
-    model_parallel = lay.tp * lay.pp * lay.cp
-    max_dp = max(int(_div(float(_get(cfg.train, "global_batch_size", 1)), lay.micro_batch)), 1)
+    model_parallel = lay.group_sizes()["replica"]
+    max_dp = max(int(_div(float(_get(cfg.train, "global_batch_size", 1)), lay.micro_batch_size)), 1)
     dp = max(math.ceil(lay.dp * _div(days, target_days)), 1)
     return Target(target_days, min(dp, max_dp), min(dp, max_dp) * model_parallel, max_dp, dp <= max_dp)
 
 
-def _warnings(cfg: Any, lay: Layout, peak: StageMemory, capacity: float, naive: float, bubble: float,
+def _warnings(cfg: Any, lay: ParallelLayout, peak: StageMemory, capacity: float, naive: float, bubble: float,
               comm: Comm, step_s: float, ckpt: CheckpointPlan) -> List[str]:
     out = []
     if peak.total_gb > capacity:   # the refusal itself is plan.verdict.memory_problems' line
@@ -433,7 +386,7 @@ def _warnings(cfg: Any, lay: Layout, peak: StageMemory, capacity: float, naive: 
         out.append(f"tight: {capacity - peak.total_gb:.1f} GB headroom per device; allocator fragmentation "
                    f"and workspaces usually need several GB")
     if bubble > BUBBLE_WARN:
-        out.append(f"pipeline bubble {bubble:.0%} (pp={lay.pp}, {lay.micro_batches:g} micro-batches): raise "
+        out.append(f"pipeline bubble {bubble:.0%} (pp={lay.pp}, {lay.grad_accum:g} micro-batches): raise "
                    f"train.global_batch_size, lower pp, or use vpp > 1 / pipeline_schedule=zero_bubble")
     if step_s and comm.exposed_s / step_s > COMM_WARN:
         out.append(f"exposed communication is {comm.exposed_s / step_s:.0%} of the step")
@@ -454,11 +407,11 @@ def largest_part(peak: StageMemory) -> Tuple[str, float]:
     return biggest, parts[biggest]
 
 
-def memory_cure(lay: Layout, biggest: str) -> str:
+def memory_cure(lay: ParallelLayout, biggest: str) -> str:
     """What to change, for the part of memory that dominates, skipping what the layout already does."""
     if biggest == "model states":
         return "raise parallel.zero_stage, tp or pp" if lay.zero_stage < 3 else "more tp, pp or devices"
-    smaller_batch = ["a smaller parallel.micro_batch_size"] * (lay.micro_batch > 1)
+    smaller_batch = ["a smaller parallel.micro_batch_size"] * (lay.micro_batch_size > 1)
     if biggest == "logits":
         return " or ".join(["more tp"] + smaller_batch)
     return ", ".join(["parallel.recompute=full"] * (lay.recompute != "full")

@@ -86,7 +86,7 @@ def _step_source(plan: Any) -> str:
 def format_plan(plan: Any) -> str:
     lay = plan.layout
     layout = (f"layout     dp{lay.dp} tp{lay.tp} pp{lay.pp} vpp{lay.vpp} cp{lay.cp} ep{lay.ep} = "
-              f"{lay.devices} devices; micro-batch {lay.micro_batch} x {lay.micro_batches:g}; "
+              f"{lay.world_size} devices; micro-batch {lay.micro_batch_size} x {lay.grad_accum:g}; "
               f"ZeRO-{lay.zero_stage}; SP {'on' if lay.sequence_parallel else 'off'}; "
               f"recompute {lay.recompute}; {lay.precision}"
               + (", fp32 grads" if lay.grad_fp32 and lay.precision != "fp32" else ""))

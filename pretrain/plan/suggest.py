@@ -47,6 +47,7 @@ def _resolved_but_parallel(cfg: Any) -> Any:
 
 def fitting_layouts(cfg: Any, limit: int = 3) -> List[Suggestion]:
     from pretrain.config import schema
+    from pretrain.config.layout import grad_reduce_size, world_size
     from pretrain.config.validate import RECOMPUTE, layout_problems, num_devices, training_problems
     from pretrain.plan.planner import plan
 
@@ -57,10 +58,10 @@ def fitting_layouts(cfg: Any, limit: int = 3) -> List[Suggestion]:
         option = OmegaConf.load(path)
         option.pop("defaults", None)
         base = OmegaConf.merge(OmegaConf.structured(schema.ParallelConfig), option)
-        if base.dp * base.tp * base.pp * base.cp != devices:
+        if world_size(base) != devices:
             continue
         candidates = []
-        zeros = ZERO_STAGES if base.dp * base.cp > 1 else (base.zero_stage,)
+        zeros = ZERO_STAGES if grad_reduce_size(base) > 1 else (base.zero_stage,)
         for recompute in RECOMPUTE:
             for zero in zeros:
                 work.parallel = OmegaConf.merge(base, {"recompute": recompute, "zero_stage": zero})

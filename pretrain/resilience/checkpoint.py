@@ -37,7 +37,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.io import fsync_path, write_atomic
-from pretrain.resilience import faults
 from pretrain.resilience.events import EventLog
 
 log = logging.getLogger(__name__)
@@ -71,8 +70,9 @@ def checkpoint_name(step: int, tag: Optional[str] = None) -> str:
 class CheckpointManager:
     def __init__(self, directory: Union[str, os.PathLike], *, keep_latest: int,
                  events: Optional[EventLog] = None, config_hash: str = "", async_save: bool = False,
-                 writer: bool = True, start_fresh: bool = False):
-        """`writer`: this process owns the directory (rank 0): only it saves, prunes and quarantines.
+                 writes_run_files: bool = True, start_fresh: bool = False):
+        """`writes_run_files`: this process owns the directory (rank 0): only it saves, prunes and
+        quarantines.
         `start_fresh`: when no checkpoint verifies, quarantine them and let the run start from step 0
         (resilience.start_fresh) instead of refusing."""
         if keep_latest < 1:
@@ -87,7 +87,7 @@ class CheckpointManager:
         except OSError as e:
             raise PretrainRunError(f"cannot create {self.directory} ({e.strerror}): make the run_dir "
                                    f"writable or choose another run_dir") from None
-        self.writer = writer
+        self.writes_run_files = writes_run_files
         self.start_fresh = start_fresh
         self.keep_latest = keep_latest
         self.events = events
@@ -167,9 +167,6 @@ class CheckpointManager:
         try:
             tmp.mkdir()
             write_weights(tmp / WEIGHTS)
-            injected = faults.active()
-            if injected is not None:
-                injected.during_save(step)
             write_atomic(tmp / STATE, state_bytes)
             fsync_path(tmp / WEIGHTS)
             manifest = {"version": MANIFEST_VERSION, "step": step, "tag": tag, "created": created,
@@ -314,7 +311,7 @@ class CheckpointManager:
     def _quarantine(self, info: CheckpointInfo, problem: str) -> None:
         """Move an unusable checkpoint out of the step_* namespace (so no reader, retention or
         keep_latest count sees it again) into quarantine/, with its reason beside it."""
-        if not self.writer:   # another rank owns the directory; it moves it
+        if not self.writes_run_files:   # another rank owns the directory; it moves it
             return
         qdir = self.directory / QUARANTINE
         target, n = qdir / info.path.name, 1
@@ -344,7 +341,7 @@ class CheckpointManager:
             log.warning("no checkpoint in %s verifies; resilience.start_fresh=true: starting from step 0",
                         self.directory)
             return
-        where = (f"moved to {self.directory / QUARANTINE}" if self.writer
+        where = (f"moved to {self.directory / QUARANTINE}" if self.writes_run_files
                  else f"left in {self.directory}")
         listed = "; ".join(f"{name} ({reason})" for name, reason in sorted(named.items(), reverse=True))
         raise PretrainRunError(

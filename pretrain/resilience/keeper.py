@@ -1,8 +1,9 @@
-"""The run's resilience, as one component the training loop calls in one line each
-(pretrain/train/loop.py):
+"""The run's resilience, as one component the training loop consults (pretrain/train/loop.py):
 
     keeper.resume(trainer, start, changes, phases)  # load the start checkpoint, say where the run continues
-    keeper.after_step(trainer, plan, record)    # watchdog beat, non-finite count, spike -> rollback
+    keeper.new_phase()                          # a new data mix: the spike guard starts over
+    keeper.beat(step) / keeper.slow_ahead(step) # the watchdog: a step finished / something slow comes
+    keeper.after_step(trainer, plan, record)    # non-finite count, spike -> rollback
     keeper.stop_requested(trainer)              # SIGTERM/SIGINT: checkpoint this step, stop
 
 It holds the guards (SpikeGuard, NonFiniteGuard, the Watchdog and the GracefulStop the loop
@@ -13,7 +14,7 @@ line in the events log.
 """
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience.checkpoint import read_state
@@ -21,21 +22,38 @@ from pretrain.resilience.identity import final_tag
 from pretrain.resilience.skips import add_window, data_index
 
 
+class Trainee(Protocol):
+    """What the keeper uses of the trainer (pretrain.train.trainer.Trainer): its resumable state and
+    metrics log, and checkpoint save and load."""
+    state: Any            # TrainState: the keeper moves it back on a rollback
+    metrics: Any          # MetricsWriter: cut back to the checkpoint on a rollback
+    overall: str          # "[k/n] " of the console's phase line
+    saved_at: int         # global step of the newest checkpoint this process wrote or loaded
+
+    def save(self, tag: Optional[str] = None) -> None: ...
+
+    def load(self, checkpoints: Any, info: Any) -> Any: ...
+
+    def restore(self, checkpoints: Any, info: Any) -> Any: ...
+
+
 class Keeper:
-    def __init__(self, *, checkpoints: Any = None, saving: bool = True, events: Any = None, spike: Any = None,
-                 nonfinite: Any = None, all_sum: Optional[Callable[[float, int], float]] = None):
+    def __init__(self, *, checkpoints: Any = None, writes_run_files: bool = True, events: Any = None,
+                 spike: Any = None, nonfinite: Any = None,
+                 all_sum: Optional[Callable[[float, int], float]] = None, data_parallel: int = 1):
         self.checkpoints = checkpoints  # a CheckpointManager: every rank reads (rollbacks), ...
-        self.saving = bool(saving)  # ... only the logging rank writes
-        self.events = events  # EventLog on the logging rank, else None
+        self.writes_run_files = bool(writes_run_files)  # ... only the rank that writes the run files saves
+        self.events = events  # EventLog where this rank writes the run files, else None
         self.spike = spike  # SpikeGuard: its state is checkpointed, a spike rolls back
         self.nonfinite = nonfinite  # NonFiniteGuard: counts skipped updates, stops a run that keeps failing
         self.stop: Any = None  # GracefulStop, set by the runner around the loop
         self.watchdog: Any = None  # Watchdog, set by the runner around the loop
         self.stopped: Optional[str] = None  # the signal that ended the run early
         self.all_sum = all_sum  # a value summed over the data-parallel ranks (train.ranks.all_sum)
+        self.data_parallel = int(data_parallel)  # ranks that must roll back to the same checkpoint
 
-    # ------------------------------------------------------------------ the loop's three calls
-    def resume(self, trainer: Any, start: Any, changes: Sequence[Tuple[str, Any, Any]] = (),
+    # ------------------------------------------------------------------ resume, step, stop
+    def resume(self, trainer: Trainee, start: Any, changes: Sequence[Tuple[str, Any, Any]] = (),
                phases: Sequence[str] = (), data: Sequence[Tuple[str, Any, Any]] = ()) -> None:
         """Load the start checkpoint (resilience.resume.start_point) on this rank; log (and, when
         any of `phases` is left to train, print) where the run continues from. No start: a fresh
@@ -78,7 +96,7 @@ class Keeper:
         if branched:  # its own copy of where it started: it resumes and rolls back without the base run
             trainer.save(tag=final_tag(state.phase) if state.phase in state.phases_done else None)
 
-    def after_step(self, trainer: Any, plan: Any, record: Any) -> bool:
+    def after_step(self, trainer: Trainee, plan: Any, record: Any) -> bool:
         """After each step: count a non-finite step, feed the spike guard; True when a confirmed
         spike rolled the run back (the loop continues from the restored step)."""
         self.count_nonfinite(record)
@@ -88,7 +106,7 @@ class Keeper:
             return True
         return False
 
-    def stop_requested(self, trainer: Any) -> bool:
+    def stop_requested(self, trainer: Trainee) -> bool:
         """On SIGTERM/SIGINT: make sure a checkpoint of this step exists, log, set self.stopped."""
         if self.stop is None or not self.stop.requested:
             return False
@@ -146,7 +164,7 @@ class Keeper:
         except PretrainRunError as e:
             raise self.fatal(record["step"], e) from None
 
-    def roll_back(self, trainer: Any, plan: Any, loss: float) -> None:
+    def roll_back(self, trainer: Trainee, plan: Any, loss: float) -> None:
         """A confirmed loss spike: back to the newest checkpoint from before the step whose update
         broke the model (the one before the spike's first high loss), skip the spike's data window,
         continue."""
@@ -180,7 +198,7 @@ class Keeper:
                 f"in the middle of phase {saved.get('phase')}; a rollback stays within one phase: "
                 f"resume from it (restart the run) or lower the LR"
             ))
-        if self.saving:
+        if self.writes_run_files:
             self.checkpoints.discard_from(info.step + 1, "rollback")  # a crash must not resume into the spike
         spiked_at = s.global_step
         trainer.load(self.checkpoints, info)
@@ -199,27 +217,27 @@ class Keeper:
         trainer.save()  # the same step again, now recording the skipped window: a crash resumes past it
         self.beat(trainer.state.global_step)
 
-    def rollback_target(self, trainer: Any, before_step: int) -> Any:
+    def rollback_target(self, trainer: Trainee, before_step: int) -> Any:
         """The checkpoint every rank rolls back to: the newest that verifies from before
         `before_step`. Under data parallelism the saving rank picks it once its async writer is done
         and the others take the step it picked, so no rank can see a different newest checkpoint."""
         if self.checkpoints is None:
             return None
-        degree = int(getattr(trainer.step, "data_parallel", 1))
+        degree = self.data_parallel
         if degree <= 1:
             return self.checkpoints.latest(before_step=before_step)
         mine = None
-        if self.saving:
+        if self.writes_run_files:
             self.checkpoints.wait()
             mine = self.checkpoints.latest(before_step=before_step)
         picked = int(self.all_sum(mine.step + 1 if mine is not None else 0, degree)) - 1
         if picked < 0:
             return None
-        info = mine if self.saving else self.checkpoints.latest(before_step=picked + 1)
+        info = mine if self.writes_run_files else self.checkpoints.latest(before_step=picked + 1)
         if info is None or info.step != picked:
             raise self.fatal(trainer.state.global_step, PretrainRunError(
-                f"loss spike rollback: the saving rank rolls back to step {picked}, but this rank finds "
-                f"{info.path if info else 'no checkpoint'} in {self.checkpoints.directory}: every rank "
-                f"must see the same checkpoint directory (shared storage)"
+                f"loss spike rollback: the rank that writes the run files rolls back to step {picked}, but "
+                f"this rank finds {info.path if info else 'no checkpoint'} in {self.checkpoints.directory}: "
+                f"every rank must see the same checkpoint directory (shared storage)"
             ))
         return info

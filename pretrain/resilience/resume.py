@@ -173,7 +173,7 @@ def start_point(
     from omegaconf import OmegaConf
 
     from pretrain.config.branch import base_command, branches_from
-    from pretrain.config.validate import phases
+    from pretrain.config.phases import phases
 
     names = [str(p.name) for p in phases(cfg)]
     # a later phase alone with no checkpoint of its own branches from train.init_from
@@ -189,7 +189,7 @@ def start_point(
 def check_branch(cfg: Any) -> None:
     """Before data preparation and msrun: a branch with no checkpoint of its own must find the one
     it starts from, of this model (one line, exit 2, naming the run to train first)."""
-    from pretrain.config.validate import phases
+    from pretrain.config.phases import phases
     from pretrain.config.branch import base_command, branches_from
 
     names = [str(p.name) for p in phases(cfg)]

@@ -43,7 +43,7 @@ def checkpoint_manager(cfg: DictConfig, layout: ParallelLayout, rank: int,
         events=events,
         config_hash=architecture_hash(architecture(cfg)),
         async_save=bool(cfg.resilience.async_save),
-        writer=layout.checkpoint_dir(run_dir, rank) is not None,
+        writes_run_files=layout.checkpoint_dir(run_dir, rank) is not None,
         start_fresh=bool(cfg.resilience.start_fresh),
     )
 
@@ -130,7 +130,7 @@ def build_trainer(
         checkpoints=checkpoints,
         save_every_steps=t.save_every_steps,
         save_every_minutes=t.save_every_minutes,
-        saving=ranks.is_logging_rank(),
+        writes_run_files=ranks.writes_run_files(),
         events=events,
         spike=resilience.spike_guard(cfg.resilience),
         nonfinite=resilience.nonfinite_guard(cfg.resilience),
@@ -158,7 +158,8 @@ def make_loader(
 ) -> Any:
     from pretrain.data.loader import BatchLoader
 
-    per_step = int(cfg.parallel.micro_batch_size) * (int(cfg.train.grad_accum) if split == "train" else 1)
+    layout = ParallelLayout.from_config(cfg)
+    per_step = layout.rows_per_step if split == "train" else layout.micro_batch_size
     return BatchLoader(
         prepared,
         {k: float(v) for k, v in phase.mix.items()},

@@ -2,9 +2,11 @@
 
 Read top to bottom: build (model, data, checkpoints) -> resume -> for each phase, for each step:
 step, log, eval, save -> summarise. The resilience guards are one component (`trainer.keeper`,
-pretrain/resilience/keeper.py) the loop calls in one line each: resume, after_step (non-finite
-count, spike rollback), stop_requested (SIGTERM/SIGINT). A later phase run alone starts from the
-previous phase's final checkpoint of the base run (pretrain/config/branch.py).
+pretrain/resilience/keeper.py) the loop consults at six points: resume (before the first step),
+new_phase, beat after each step and evaluation and slow_ahead before the first evaluation (the
+watchdog), after_step (non-finite count, spike rollback) and stop_requested (SIGTERM/SIGINT, between
+steps and phases). A later phase run alone starts from the previous phase's final checkpoint of
+the base run (pretrain/config/branch.py).
 Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
 rank loads the same checkpoint.
 """
@@ -16,7 +18,7 @@ from omegaconf import DictConfig
 
 from pretrain.config import validate
 from pretrain.config.layout import ParallelLayout
-from pretrain.config.validate import phase_steps, phases
+from pretrain.config.phases import phase_steps, phases
 from pretrain.data.checks import check_prepared
 from pretrain.model import builder
 from pretrain.resilience import guards
@@ -45,13 +47,13 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
 
     # build: where the run starts (before the slow parts), the data, the model
     rank = ranks.rank_info()[0]
-    logging_rank = ParallelLayout.writes_run_files(rank)
-    events = EventLog(run_dir / "events.jsonl") if logging_rank else None
+    writes_run_files = ParallelLayout.writes_run_files(rank)
+    events = EventLog(run_dir / "events.jsonl") if writes_run_files else None
     checkpoints = build.checkpoint_manager(cfg, ParallelLayout.from_config(cfg), rank, events)
     start, changes = start_point(cfg, checkpoints)
     from pretrain.data.prepare import prepare
 
-    prepared = prepare(cfg.data, progress=logging_rank)
+    prepared = prepare(cfg.data, progress=writes_run_files)
     check_prepared(cfg, prepared)
     # the data the start checkpoint was trained on: refused (or, overridden, logged) before the model builds
     identity = data_identity(prepared)
@@ -59,7 +61,7 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     data_changed = [] if start is None else data_changes(read_state(start.info).get("data"), identity,
                                                          start.info.path, allow)
     pad = build.pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
-    metrics = MetricsWriter(run_dir, enabled=logging_rank)
+    metrics = MetricsWriter(run_dir, enabled=writes_run_files)
     trainer = build.build_trainer(cfg, pad, metrics, checkpoints, events)
     trainer.data_identity = identity   # saved with every checkpoint
 
@@ -70,7 +72,7 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)
     for plan in plans:
         plan.loader = fed.watch(plan.loader)
-    if logging_rank:
+    if writes_run_files:
         build.export_mindformers_yaml(cfg, run_dir, plist[0], steps[0], schedules[0].peak, prepared, pad)
         events.log("start", step=trainer.state.global_step, phases=[p.name for p in plans], steps=steps)
 
@@ -78,9 +80,9 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     try:
         with GracefulStop() as stop, guards.watchdog(cfg.resilience, run_dir, events, rank=rank) as dog:
             # every rank of the job agrees on a stop, so all of them stop after the same step
-            trainer.stop, trainer.watchdog = ranks.agreed_stop(stop), dog
+            trainer.keeper.stop, trainer.keeper.watchdog = ranks.agreed_stop(stop), dog
             results = train(trainer, plans)
-            if results and not trainer.stopped:   # every rank agrees on both: the collective runs on all
+            if results and not trainer.keeper.stopped:   # every rank agrees on both: the collective runs on all
                 measure.note_allreduce(results, trainer.step.allreduce_s())
     finally:
         metrics.close()
@@ -92,7 +94,7 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
     for result in results:
         result["planned"] = measure.planned(planned)
     summary = finish(run_dir, trainer, results, time.perf_counter() - started, checkpoints.directory, events)
-    if logging_rank and summary["measured"]["step_s"]:   # else no step ran after compile
+    if writes_run_files and summary["measured"]["step_s"]:   # else no step ran after compile
         record_calibration(cfg, planned, summary["measured"]["step_s"])
     summary["rank_evidence"] = build.rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
     return summary
@@ -114,13 +116,14 @@ def record_calibration(cfg: DictConfig, planned: Any, step_s: float) -> None:
     cpu = str(cfg.hardware.device) == "cpu"
     states, held = memory_split_gb(planned)
     point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(cfg), step_s,
-                                  measure.peak_rss_gb() if cpu else 0.0, states + held, held)
+                                  measure.peak_rss_gb() if cpu else 0.0, states + held, held,
+                                  int(cfg.model.seq_length))
     calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
 
 
 def train(trainer: Trainer, plans: List[PhasePlan]) -> List[Dict[str, Any]]:
     """Train the plans' phases in order, skipping those a resumed state already finished;
-    stops early (trainer.stopped) on SIGTERM/SIGINT."""
+    stops early (trainer.keeper.stopped) on SIGTERM/SIGINT."""
     results = []
     total = sum(p.steps for p in plans)
     for k, plan in enumerate(plans, 1):
@@ -130,7 +133,7 @@ def train(trainer: Trainer, plans: List[PhasePlan]) -> List[Dict[str, Any]]:
             break
         trainer.overall = f"[{k}/{len(plans)}] " if len(plans) > 1 else ""
         results.append(train_phase(trainer, plan))
-        if trainer.stopped:
+        if trainer.keeper.stopped:
             break
         trainer.metrics.note(boundary_line(results[-1], plans[k:], total, trainer.throughput.tokens_per_step))
     return results
@@ -176,10 +179,10 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
         if not last and keeper.stop_requested(trainer):
             break
     metrics.end_phase()
-    if not trainer.stopped:
+    if not trainer.keeper.stopped:
         s.phases_done.append(plan.name)
         trainer.save(tag=final_tag(plan.name))
-    result = phase_result(plan, first_step, s.global_step, bool(trainer.stopped), time.perf_counter() - started,
+    result = phase_result(plan, first_step, s.global_step, bool(trainer.keeper.stopped), time.perf_counter() - started,
                           losses, val, trainer.throughput.tokens_per_step,
                           head=s.phase_losses if resumed else None)
     result["measured"] = meter.result(trainer.throughput.tokens_per_step, trainer.save_times)

@@ -1,18 +1,21 @@
 """`plan.calibrate=true`: time the real training step of the composed model shape on this device before
 planning, and record it as this hardware option's calibration (pretrain/plan/calibration.py).
 
-One process, the real MindFormers model and our compiled step, fed random token rows of the composed
-sequence length: steps of one micro-batch of the composed size and of twice its rows, each after its
-compile and a warm-up step, so the fit separates the step's fixed cost from its compute. One update
-cell without accumulation buffers, as a run with one micro-batch per step has: a probe that
-accumulated timed the buffers' per-parameter passes too (the plan came out 30% slow). Seconds to a
-minute on CPU, mostly the two compiles. A data-parallel layout's step (two processes sharing the
+One process, the real MindFormers model and our compiled step, fed random token rows: steps of one
+micro-batch of the composed size, of twice its rows, and of its rows at half the sequence length, each
+after its compile and a warm-up step. The two sizes at one length separate the step's fixed cost from
+its compute; the second length gives how the achieved rate changes with the sequence (on CPU it grows:
+larger attention matrices), so a plan at another length than the probe's is not FLOPs alone. Half,
+not twice: a probe must fit wherever the composed run fits. One update cell without accumulation
+buffers, as a run with one micro-batch per step has: a probe that accumulated timed the buffers'
+per-parameter passes too (the plan came out 30% slow). Seconds to a minute on CPU, mostly the three
+compiles. A data-parallel layout's step (two processes sharing the
 cores, the all-reduce) is not what one process measures: there the run records its own calibration
 (every run does).
 """
 import statistics
 import time
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -24,6 +27,7 @@ from pretrain.plan.planner import device_flops_per_step, memory_split_gb, plan
 from pretrain.train.measure import peak_rss_gb
 
 TIMED_STEPS = 5
+MIN_SEQ = 8   # below this a half-length step is all overhead: the probe times one length
 
 
 def random_batch(rows: int, seq: int, vocab: int, rng: np.random.Generator) -> dict:
@@ -35,6 +39,11 @@ def random_batch(rows: int, seq: int, vocab: int, rng: np.random.Generator) -> d
 
 def probe(cfg: Any) -> List[calibration.Point]:
     """Measure and record this hardware's calibration points for cfg's model shape; returns them."""
+    if ParallelLayout.from_config(cfg).engine == "mindformers":
+        raise PretrainConfigError(
+            "plan.calibrate=true times this project's training step; train.engine=mindformers compiles "
+            "MindFormers' own: a short run records its calibration instead (every run does), e.g. add "
+            "train.total_tokens=<a few steps' tokens>")
     if ParallelLayout.from_config(cfg).world_size > 1:
         raise PretrainConfigError(
             f"plan.calibrate=true probes one process; hardware={cfg.hardware.name} runs "
@@ -51,11 +60,11 @@ def probe(cfg: Any) -> List[calibration.Point]:
     mb, seq = int(cfg.parallel.micro_batch_size), int(cfg.model.seq_length)
     rng = np.random.default_rng(0)
     points, held = [], 0.0
-    for micro in (1, 2):
-        probed = one_micro_batch(cfg, micro * mb)   # what the planner computes for the shape timed
+    for name, rows, length in probe_shapes(mb, seq):
+        probed = one_micro_batch(cfg, rows, length)   # what the planner computes for the shape timed
         states, graph = memory_split_gb(plan(probed))
         held += graph   # the process keeps each shape's compiled graph
-        batches = [random_batch(micro * mb, seq, int(cfg.model.vocab_size), rng)]
+        batches = [random_batch(rows, length, int(cfg.model.vocab_size), rng)]
         for _ in range(2):   # compiles (a new input shape), then warms up
             step.step(batches, 0.0)
         times = []
@@ -63,18 +72,27 @@ def probe(cfg: Any) -> List[calibration.Point]:
             started = time.perf_counter()
             step.step(batches, 0.0)
             times.append(time.perf_counter() - started)
-        shape = f"{calibration.shape_key(cfg)}-probe{micro}"
+        shape = f"{calibration.shape_key(cfg)}-probe-{name}"
         rss = peak_rss_gb() if cfg.hardware.device == "cpu" else 0.0
         points.append(calibration.new_point(shape, device_flops_per_step(probed), statistics.median(times),
-                                            rss, states + held, held))
+                                            rss, states + held, held, length))
     for point in points:
         calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
     return points
 
 
-def one_micro_batch(cfg: Any, rows: int) -> Any:
-    """cfg with one micro-batch of `rows` rows per step (one process)."""
+def probe_shapes(mb: int, seq: int) -> List[Tuple[str, int, int]]:
+    """(name, rows, sequence length) of the steps the probe times."""
+    shapes = [("rows", mb, seq), ("rows2", 2 * mb, seq)]
+    if seq // 2 >= MIN_SEQ:
+        shapes.append(("half-seq", mb, seq // 2))
+    return shapes
+
+
+def one_micro_batch(cfg: Any, rows: int, seq: int) -> Any:
+    """cfg with one micro-batch of `rows` rows of `seq` tokens per step (one process)."""
     probed = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     probed.parallel.micro_batch_size = rows
     probed.train.global_batch_size = rows
+    probed.model.seq_length = seq
     return probed

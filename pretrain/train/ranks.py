@@ -26,7 +26,7 @@ def data_parallel_rank(cfg: Any) -> Tuple[int, int]:
     return layout.dp_rank(rank, world), layout.dp
 
 
-def is_logging_rank() -> bool:
+def writes_run_files() -> bool:
     """Rank 0 writes the run's metrics, plots, exports and checkpoints (ParallelLayout.writes_run_files)."""
     return ParallelLayout.writes_run_files(rank_info()[0])
 

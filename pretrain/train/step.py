@@ -153,7 +153,6 @@ class TrainStepCell(nn.Cell):
         self.grad_clip = float(grad_clip)
         self.scaler = scaler
         self.last = last  # True: the update step; False: an accumulate-only step
-        self.skip_nonfinite = True  # False only in pretrain.bench.train's ablation (what the skip costs)
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         # set by TrainStep when grad_accum > 1: gradient buffers and (LM sum, tokens), shared by both cells
         self.accum: Optional[Tuple[Parameter, ...]] = None
@@ -208,9 +207,7 @@ class TrainStepCell(nn.Cell):
             factor = factor * ops.minimum(ops.ones((), ms.float32), self.grad_clip / (norm + 1e-6))
         grads = _hyper_map(ops.partial(_mul, factor), grads)
         lm = ops.depend(lm, ops.assign(self.optimizer.learning_rate, lr))
-        if not self.skip_nonfinite:
-            lm = ops.depend(lm, self.optimizer(grads))
-        elif finite:
+        if finite:
             lm = ops.depend(lm, self.optimizer(grads))
         return lm, norm, finite, loss_scale, tokens
 
@@ -329,16 +326,8 @@ class TrainStep:
         lm, tokens = self.eval_cell(*self.inputs(batch))
         return float(lm.asnumpy()), float(tokens.asnumpy())
 
-    def evaluate(self, batch) -> float:
-        lm, tokens = self.evaluate_sums(batch)
-        return lm / max(tokens, 1.0)
-
     def inputs(self, batch) -> Tuple[Tensor, ...]:
         return model_inputs(batch, self.attention)
-
-    @property
-    def applied_lr(self) -> float:
-        return float(self.optimizer.learning_rate.asnumpy())
 
     def scaler_state(self) -> Dict[str, float]:
         if self.scaler is None:

@@ -25,14 +25,14 @@ def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: f
         "wall_s": wall_s,
         "measured": measure.of_run(results),
     }
-    if trainer.stopped:
-        summary["stopped"] = trainer.stopped
+    if trainer.keeper.stopped:
+        summary["stopped"] = trainer.keeper.stopped
     if events is None:
         return summary
-    if not trainer.stopped:
+    if not trainer.keeper.stopped:
         events.log("finish", step=trainer.state.global_step, wall_s=round(summary["wall_s"], 2))
     events.close()
-    if not results and not trainer.stopped:   # the finished run's summary.json stays as it was
+    if not results and not trainer.keeper.stopped:   # the finished run's summary.json stays as it was
         print(f"nothing to train: every phase of this run is already done ({checkpoints}); "
               f"use another run_dir to train again", flush=True)
     else:
@@ -40,8 +40,8 @@ def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: f
         write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
         note_measured(run_dir / "plan.json", results)
         print(format_summary(summary), flush=True)
-    if trainer.stopped:
-        print(resume_hint(trainer.stopped, trainer.state.global_step, checkpoints), flush=True)
+    if trainer.keeper.stopped:
+        print(resume_hint(trainer.keeper.stopped, trainer.state.global_step, checkpoints), flush=True)
     return summary
 
 

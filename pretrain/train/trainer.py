@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 from pretrain.config.errors import PretrainRunError
-from pretrain.resilience import faults
 from pretrain.resilience.checkpoint import read_state
 from pretrain.resilience.identity import check_same_arch
 from pretrain.resilience.keeper import Keeper
@@ -88,7 +87,7 @@ class Trainer:
         checkpoints: Any = None,
         save_every_steps: int = 0,
         save_every_minutes: float = 0.0,
-        saving: bool = True,
+        writes_run_files: bool = True,
         events: Any = None,
         spike: Any = None,
         nonfinite: Any = None,
@@ -103,26 +102,20 @@ class Trainer:
         self.eval_every = int(eval_every)
         self.eval_batches = int(eval_batches)
         self.checkpoints = checkpoints
-        self.saving = bool(saving)
+        self.writes_run_files = bool(writes_run_files)
         self.save_every_steps = int(save_every_steps)
         self.save_every_s = float(save_every_minutes) * 60.0
-        self.keeper = Keeper(checkpoints=checkpoints, saving=saving, events=events, spike=spike,
-                             nonfinite=nonfinite, all_sum=ranks.all_sum)
+        self.keeper = Keeper(checkpoints=checkpoints, writes_run_files=writes_run_files, events=events,
+                             spike=spike, nonfinite=nonfinite, all_sum=ranks.all_sum,
+                             data_parallel=int(getattr(step, "data_parallel", 1)))
         self.run_config = run_config  # saved with each checkpoint: what a resume compares against
         self.data_identity: Optional[Dict[str, Any]] = None  # identity.data_identity, saved likewise
-        self.faults = faults.active()  # test-only fault injection; None in real runs
         self.state = TrainState()
         self._last_save = time.monotonic()
         self.saved_at = 0  # global step of the newest checkpoint this process wrote or loaded
         self.steps_run = 0  # optimizer steps this process ran (its first compiled the graph)
         self.save_times: List[float] = []  # seconds each save of this process held the loop
         self.overall = ""  # "[k/n] ": which of the run's phases the console is showing
-
-    # the keeper's signal handling, as the runner and tests set and read it on the trainer
-    stop = property(lambda self: self.keeper.stop, lambda self, v: setattr(self.keeper, "stop", v))
-    watchdog = property(lambda self: self.keeper.watchdog,
-                        lambda self, v: setattr(self.keeper, "watchdog", v))
-    stopped = property(lambda self: self.keeper.stopped)
 
     # ------------------------------------------------------------------ one step
     def train_step(self, plan: PhasePlan) -> Dict[str, Any]:
@@ -132,12 +125,7 @@ class Trainer:
         lr = plan.lr.at(s.phase_step)
         index = data_index(s.phase_step, s.data_skips.get(plan.name, ()))
         batch = plan.loader.batch(index)
-        applied = lr
-        if self.faults is not None:
-            self.faults.before_step(s.global_step + 1)
-            batch = self.faults.batch(s.global_step + 1, batch)
-            applied = self.faults.lr(plan.name, index, lr)
-        out = self.step.step(split_micro(batch, self.grad_accum), applied)
+        out = self.step.step(split_micro(batch, self.grad_accum), lr)
         step_time = time.perf_counter() - started
         self.steps_run += 1
         s.global_step += 1
@@ -152,7 +140,7 @@ class Trainer:
             "phase_step": s.phase_step,
             "data_index": index,
             "loss": out["loss"],  # token-weighted over the whole global batch (step.py)
-            "lr": applied,
+            "lr": lr,
             "grad_norm": out["grad_norm"],
             "loss_scale": out["loss_scale"],
             "finite": out["finite"],
@@ -171,7 +159,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_due(self) -> bool:
-        if self.checkpoints is None or not self.saving:
+        if self.checkpoints is None or not self.writes_run_files:
             return False
         by_steps = self.save_every_steps and self.state.global_step % self.save_every_steps == 0
         by_time = self.save_every_s and time.monotonic() - self._last_save >= self.save_every_s
@@ -196,7 +184,7 @@ class Trainer:
         return state
 
     def save(self, tag: Optional[str] = None) -> None:
-        if self.checkpoints is not None and self.saving:
+        if self.checkpoints is not None and self.writes_run_files:
             self.keeper.slow_ahead(self.state.global_step)
             writing = time.perf_counter()
             path = self.checkpoints.save(
