@@ -141,7 +141,8 @@ def test_dedup_keys_tell_exact_and_near_duplicates_only():
 
     def keys(text):
         words = dedup_words(text)
-        return words_digest(words), set(enumerate(band_keys(hasher.signature(words)[None, :], bands, width)[0]))
+        found = band_keys(hasher.signature(words)[None, :], bands, width)[0]
+        return words_digest(words), set(enumerate(found))
     (digest, bucket), (dup_digest, _), (near_digest, near_bucket), (other_digest, other_bucket) = \
         map(keys, (base, base.upper().replace(" ", "  ") + " !", near, other))
     assert dup_digest == digest and near_digest != digest and other_digest != digest

@@ -117,7 +117,8 @@ def test_mindformers_trainer_trains_from_the_exported_yaml_and_resumes_from_its_
     assert summary["engine"] == "mindformers" and phase["resumed_at"] == 20 and phase["steps"] == STEPS - 20
     # each start recorded MindFormers' step as this hardware's calibration point of its own engine
     points = json.loads((data_cache / "calibration" / "cpu.json").read_text())
-    assert any(p["shape"].endswith("-mindformers") and p["step_s"] > 0 and p["seq"] == 64 for p in points), points
+    assert any(p["shape"].endswith("-mindformers") and p["step_s"] > 0 and p["seq"] == 64
+               for p in points), points
     print(
         f"\nmindformers engine: {STEPS} steps, loss {curve[0]['loss']:.3f} -> {curve[-1]['loss']:.3f}, "
         f"resumed at step 20, {phase['tokens_per_s']:.0f} tokens/s"

@@ -32,7 +32,8 @@ def default_cfg(compose_many):
 
 
 def test_every_numeric_key_of_the_schema_declares_its_range():
-    undeclared = [key for key, f, _ in NUMERIC if ranges.RANGE not in f.metadata and ranges.DERIVED not in f.metadata]
+    undeclared = [key for key, f, _ in NUMERIC
+                  if ranges.RANGE not in f.metadata and ranges.DERIVED not in f.metadata]
     assert len(NUMERIC) > 60 and undeclared == []
 
 

@@ -25,8 +25,8 @@ from pretrain.config import known_keys, paths, ranges, schema
 from pretrain.config.attention import document_attention
 from pretrain.config.choices import BUILTIN_SOURCES, DATA_ENGINES, NORMALIZE_FORMS, PACKING_METHODS
 from pretrain.config.errors import PretrainConfigError
-from pretrain.config.layout import (ENGINES, engine_of, grad_reduce_size, model_split, num_devices, virtual_stages,
-                                     world_size)
+from pretrain.config.layout import (ENGINES, engine_of, grad_reduce_size, model_split, num_devices,
+                                     virtual_stages, world_size)
 from pretrain.config.lr_levels import levels
 from pretrain.config.phases import phase_steps, phase_tokens, phases
 from pretrain.config.resilience import problems as resilience_problems
@@ -154,7 +154,8 @@ def _model(cfg) -> Iterator[str]:
         if m.num_experts % p.ep:
             yield f"model.num_experts({m.num_experts}) % parallel.ep({p.ep}) != 0 (model={m.name}, parallel={p.name})"
         if grad_reduce_size(p) % p.ep:
-            yield f"parallel.ep({p.ep}) must divide dp({p.dp}) * cp({p.cp}) = {grad_reduce_size(p)}: experts are sharded inside the data-parallel group"
+            yield (f"parallel.ep({p.ep}) must divide dp({p.dp}) * cp({p.cp}) = {grad_reduce_size(p)}: "
+                   f"experts are sharded inside the data-parallel group")
     elif p.ep > 1:
         yield f"parallel.ep={p.ep} but model={m.name} is dense (model.num_experts=0): use ep=1 or a MoE model"
     if m.seq_length > m.max_position_embeddings:

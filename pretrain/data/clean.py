@@ -75,7 +75,8 @@ def repeated_line_fraction(text: str) -> float:
 def non_ascii(text: str) -> str:
     """The text's characters above U+007F, in order: its UTF-8 less the ASCII bytes (every byte of a
     longer character is >= 0x80), decoded again."""
-    return text.encode("utf-8", "surrogatepass").translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
+    data = text.encode("utf-8", "surrogatepass")
+    return data.translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
 
 
 def _has_control(text: str) -> bool:

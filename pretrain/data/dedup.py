@@ -102,7 +102,8 @@ def check_settings(dedup: dict) -> None:
 
 
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
-_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB), np.uint64(31))
+_MIX = (np.uint64(30), np.uint64(0xBF58476D1CE4E5B9), np.uint64(27), np.uint64(0x94D049BB133111EB),
+        np.uint64(31))
 
 
 def band_keys(signatures: np.ndarray, bands: int, width: int) -> np.ndarray:

@@ -90,7 +90,8 @@ def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) ->
     from pretrain.config.layout import engine_of
     from pretrain.engine.phases import write_phases
     paths = write_phases(cfg, run_dir, pad_token_id)
-    print(f"engine {engine_of(cfg)}: MindFormers yamls {', '.join(p.name for p in paths)} in {run_dir}", flush=True)
+    print(f"engine {engine_of(cfg)}: MindFormers yamls {', '.join(p.name for p in paths)} in {run_dir}",
+          flush=True)
 
 
 def measured(summary: Dict[str, Any]) -> Dict[str, Any]:

@@ -82,7 +82,8 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
             # every rank of the job agrees on a stop, so all of them stop after the same step
             trainer.keeper.stop, trainer.keeper.watchdog = ranks.agreed_stop(stop), dog
             results = train(trainer, plans)
-            if results and not trainer.keeper.stopped:   # every rank agrees on both: the collective runs on all
+            # every rank agrees on both: the collective runs on all
+            if results and not trainer.keeper.stopped:
                 measure.note_allreduce(results, trainer.step.allreduce_s())
     finally:
         metrics.close()
@@ -182,8 +183,8 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
     if not trainer.keeper.stopped:
         s.phases_done.append(plan.name)
         trainer.save(tag=final_tag(plan.name))
-    result = phase_result(plan, first_step, s.global_step, bool(trainer.keeper.stopped), time.perf_counter() - started,
-                          losses, val, trainer.throughput.tokens_per_step,
+    result = phase_result(plan, first_step, s.global_step, bool(trainer.keeper.stopped),
+                          time.perf_counter() - started, losses, val, trainer.throughput.tokens_per_step,
                           head=s.phase_losses if resumed else None)
     result["measured"] = meter.result(trainer.throughput.tokens_per_step, trainer.save_times)
     return result
