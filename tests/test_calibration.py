@@ -123,3 +123,55 @@ def test_a_plan_takes_its_own_architectures_points_first(tmp_path, compose_many)
     own = point(1e9, 0.5, shape=f"{calibration.arch_key(cfg)}|s64")
     calibration.record(str(tmp_path), "cpu", own)
     assert calibration.load(cfg).flops_per_s == pytest.approx(2e9) and calibration.load(cfg).points == 1
+
+
+def test_points_at_one_length_take_the_sequence_scaling_from_the_same_hosts_probe(tmp_path, compose_many):
+    # the probe (hardware cpu) timed two lengths: rate x (seq / 64) ** 0.5; cpu_2proc's runs, one length
+    cfg = compose_many([f"data.cache_dir={tmp_path}", "hardware=cpu_2proc", "parallel=dp2"])
+    arch = calibration.arch_key(cfg)
+
+    def at(seq, flops, step_s, host="h"):
+        return Point(shape=f"{arch}|s{seq}-mb{flops:g}", flops=flops, step_s=step_s, rss_gb=1.0,
+                     planned_gb=0.5, host=host, date="2026-12-03", seq=seq)
+    for p in (at(64, 1e9, 0.1), at(64, 2e9, 0.2), at(32, 1e9, 0.1 * 2 ** 0.5)):
+        calibration.record(str(tmp_path), "cpu", p)
+    calibration.record(str(tmp_path), "cpu_2proc", at(128, 1e9, 0.25))
+    calibration.record(str(tmp_path), "cpu_2proc", at(128, 2e9, 0.45))   # 0.05 s + 1e9 FLOP / 0.2 s
+    cal = calibration.load(cfg)
+    assert cal.seq_exponent == pytest.approx(0.5) and cal.ref_seq == 128 and cal.exponent_from == "cpu"
+    assert cal.step_s(2e9, 128) == pytest.approx(0.45)   # its own points as measured
+    assert cal.step_s(2e9, 256) == pytest.approx(0.05 + 0.4 / 2 ** 0.5)
+    assert "sequence scaling from cpu" in cal.source
+    # another host's kernels say nothing of this one's: FLOPs alone then
+    (tmp_path / "calibration" / "cpu.json").unlink()
+    for p in (at(64, 1e9, 0.1, "other"), at(32, 1e9, 0.2, "other")):
+        calibration.record(str(tmp_path), "cpu", p)
+    assert calibration.load(cfg).seq_exponent == 0.0 and "scaling" not in calibration.load(cfg).source
+
+
+def test_a_phase_times_its_steady_steps_after_the_compile_and_the_warm_up():
+    from pretrain.train.measure import WARMUP_STEPS, PhaseMeter
+
+    def timed(times, first_steps_run=1):
+        meter = PhaseMeter(saves_before=0)
+        for k, t in enumerate(times):
+            meter.step({"step_time_s": t}, first_steps_run + k)
+        return meter.result(tokens_per_step=100, save_times=[])
+
+    steady = timed([6.0] + [0.12] * WARMUP_STEPS + [0.09] * 10)
+    assert steady["step_s"] == pytest.approx(0.09) and steady["steps_timed"] == 10
+    short = timed([6.0, 0.12, 0.12, 0.09])   # too few to leave the warm-up out: all after the compile
+    assert short["step_s"] == pytest.approx(0.12) and short["steps_timed"] == 3
+    later = timed([0.09] * 8, first_steps_run=40)   # a later phase of one process: no compile, no warm-up
+    assert later["step_s"] == pytest.approx(0.09) and later["steps_timed"] == 8
+
+
+def test_a_step_of_several_micro_batches_pays_the_fixed_cost_for_each():
+    # 0.05 s per micro-batch plus 1e9 FLOP / 0.2 s: the run of two micro-batches is fitted per micro-batch
+    one = Point(shape="a|mb8", flops=1e9, step_s=0.25, rss_gb=1.0, planned_gb=0.5, host="h", date="d")
+    two = Point(shape="a|mb8-ga2", flops=4e9, step_s=0.9, rss_gb=1.0, planned_gb=0.5, host="h", date="d",
+                micro_batches=2)
+    cal = fit("cpu", [one, two])
+    assert cal.overhead_s == pytest.approx(0.05) and cal.flops_per_s == pytest.approx(5e9)
+    assert cal.step_s(2e9, micro_batches=2) == pytest.approx(0.5)    # two launches of 1e9 FLOPs each
+    assert cal.step_s(2e9) == pytest.approx(0.45)                    # one of 2e9

@@ -4,9 +4,11 @@
 
 1. Calibrate once per hardware option: `plan.calibrate=true` at sequence 64, batch 8 (the probe: one
    process; 8 and 16 rows at 64, 8 rows at 32) for `hardware=cpu`; for `hardware=cpu_2proc`, whose
-   step (two processes sharing the cores, the all-reduce) one process cannot measure, three short
-   real dp2 runs of the same shapes record their points (as every run does). Sequence 128 is then
-   measured, never calibrated: the plan extrapolates to it from the lengths 32 and 64.
+   step (two processes sharing the cores, the all-reduce) one process cannot measure, two real dp2
+   runs at sequence 64, batch 8 and 16 in one micro-batch per rank (as the probe's two sizes), of
+   twice `steps`, record their points (as every run does) and take how the rate grows with the
+   sequence from the probe. Sequence 128 is then measured, never calibrated: the plan extrapolates to
+   it from the lengths 32 and 64, and to two micro-batches a step (global batch 16) from one.
 2. Each config below trains `steps` steps of phase general in its own run dir, as a user runs it
    (`python -m pretrain ...`), with the calibration as step 1 left it (the file is put back before
    each run, so no measured config calibrates another). plan.json holds what its launch planned,
@@ -33,7 +35,7 @@ from pathlib import Path
 MODEL = ["model.hidden_size=128", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
          "model.ffn_hidden_size=344", "model.max_position_embeddings=128"]
 SINGLE = [(64, 8), (128, 8), (64, 16), (128, 16)]
-DP2_CALIBRATION = [(64, 8), (64, 16), (32, 8)]   # the probe's shapes
+DP2_CALIBRATION = [(64, 8), (64, 16)]   # the probe's at its length
 DP2 = [(128, 8), (128, 16)]
 TOLERANCE = 0.15
 
@@ -77,12 +79,13 @@ def one_round(out, steps, extra):
     calibrations = out / "cache" / "calibration"
     shutil.rmtree(calibrations, ignore_errors=True)
 
-    print("calibrating: cpu by the probe, cpu_2proc by three short dp2 runs ...", flush=True)
+    print("calibrating: cpu by the probe, cpu_2proc by two dp2 runs ...", flush=True)
     _run([*_config("cpu", *SINGLE[0], steps, extra), "plan.calibrate=true", "dry_run=true",
           f"run_dir={out / 'runs' / 'probe'}"], env, out)
     for seq, batch in DP2_CALIBRATION:
-        _run([*_config("cpu_2proc", seq, batch, steps, extra), f"run_dir={out / 'runs' / f'cal-{seq}-{batch}'}"],
-             env, out)
+        one_micro_batch = [f"parallel.micro_batch_size={batch // 2}", *extra]
+        _run([*_config("cpu_2proc", seq, batch, 2 * steps, one_micro_batch),
+              f"run_dir={out / 'runs' / f'cal-{seq}-{batch}'}"], env, out)
     kept = out / "calibration-used"
     shutil.rmtree(kept, ignore_errors=True)
     shutil.copytree(calibrations, kept)

@@ -9,15 +9,24 @@ memory the planner gives for that config. Points are kept per hardware option in
 loop and MindFormers' trainer compile different graphs), of its own model architecture when there
 are some (sequence length and batch may differ: they change the FLOPs), else all of the engine's.
 
-The step-time model fitted over those points is `step_s = overhead_s + flops / rate(seq)`:
-a fixed cost per step (kernel launches, the optimizer's per-parameter passes, the all-reduce's
-latency) plus compute at the rate this device really achieves. One point (or points of a single
-size) fixes the rate alone (overhead 0); two sizes or more at one sequence length fit both by least
-squares. The rate depends on the sequence length, `rate(seq) = flops_per_s x (seq / ref_seq) **
-seq_exponent`: longer rows make larger attention matrices, on which a CPU's kernels achieve more per
-FLOP (measured here: doubling the sequence cost 1.5-1.8x the time for 2.1x the FLOPs, doubling the
-rows 1.9-2.2x). Points at two sequence lengths or more fit the exponent (the overhead then comes from
-the pairs of sizes at one length); with one length it is 0 and the rate is the same for every seq.
+The step-time model fitted over those points is `step_s = m x (overhead_s + flops / m / rate(seq))`
+for a step of m micro-batches: a fixed cost per micro-batch (its graph's kernel launches, the
+accumulation's or the update's per-parameter passes; the step's own, such as the all-reduce's
+latency, folded in) plus compute at the rate this device really achieves. Per micro-batch, not per
+step: measured here, a dp2 step of two micro-batches of 4 rows at sequence 64 took 0.29-0.32 s where
+one of 8 rows at 128 (as many FLOPs) took 0.23-0.26 s. Each point is fitted as the micro-batch it
+averages (flops / m, step_s / m). One point (or points of a single size) fixes the rate alone
+(overhead 0); two sizes or more at one sequence length fit both by least squares. The rate may depend
+on the sequence length, `rate(seq) = flops_per_s x (seq / ref_seq) ** seq_exponent` (longer rows make
+larger attention matrices, on which kernels may achieve more or less per FLOP). Points at two
+sequence lengths or more fit the exponent (the overhead then comes from the pairs of sizes at one
+length). Points at one length take it from another hardware option's points of the same architecture
+measured on the same host, when some span two lengths: it is the kernels' property, and a
+data-parallel option records its points from real runs, which a user makes at the length they train
+(the probe, one process, times two lengths). Without either, it is 0 and the rate is the same for
+every seq. Measured here, the probe's exponent is noise around 0 (-0.40 to 0.32 over six
+calibrations, each of three points); one from a short dp2 run at a second length moved from -0.29 to
+1.23.
 The memory model is `rss = model states + fixed_gb + activation_scale x activations`: on CPU MindSpore's
 runtime (~1 GB here) plus what its compiled graphs keep of each micro-batch, an unfused multiple
 (~12-15x here) of the planned activations and logits (Korthikanti's count for fused kernels), once
@@ -34,7 +43,7 @@ import re
 import socket
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
@@ -56,6 +65,7 @@ class Point:
     date: str
     activations_gb: float = 0.0   # of planned_gb: the activations and logits of the graphs it compiled
     seq: int = 0                  # the sequence length it ran (0 in points older than the field: see seq_of)
+    micro_batches: int = 1        # per optimizer step on each data-parallel rank (grad_accum)
 
 
 @dataclass(frozen=True)
@@ -70,12 +80,14 @@ class Calibration:
     activation_scale: float = 1.0
     seq_exponent: float = 0.0   # rate(seq) = flops_per_s x (seq / ref_seq) ** seq_exponent
     ref_seq: int = 0
+    exponent_from: str = ""     # the hardware option whose points gave seq_exponent, if not this one
 
-    def step_s(self, flops: float, seq: int = 0) -> float:
+    def step_s(self, flops: float, seq: int = 0, micro_batches: int = 1) -> float:
+        """A step of `flops` per device in `micro_batches` micro-batches of sequence length `seq`."""
         rate = self.flops_per_s
         if self.seq_exponent and seq > 0 and self.ref_seq > 0:
             rate *= (seq / self.ref_seq) ** self.seq_exponent
-        return self.overhead_s + flops / rate
+        return micro_batches * self.overhead_s + flops / rate
 
     def beyond_plan_gb(self, activations_gb: float, graphs: int) -> float:
         """What a process holds beyond the plan's peak (states + one micro-batch's activations once):
@@ -84,7 +96,9 @@ class Calibration:
 
     @property
     def source(self) -> str:
-        return f"measured on {self.host}, {self.date} ({self.points} point{'s' * (self.points != 1)})"
+        borrowed = f"; sequence scaling from {self.exponent_from}" if self.exponent_from else ""
+        points = f"{self.points} point{'s' * (self.points != 1)}"
+        return f"measured on {self.host}, {self.date} ({points}{borrowed})"
 
 
 def path_for(cache_dir: str, hardware: str) -> Path:
@@ -107,10 +121,10 @@ def record(cache_dir: str, hardware: str, point: Point) -> None:
 
 
 def new_point(shape: str, flops: float, step_s: float, rss_gb: float, planned_gb: float,
-              activations_gb: float, seq: int) -> Point:
+              activations_gb: float, seq: int, micro_batches: int) -> Point:
     return Point(shape=shape, flops=float(flops), step_s=float(step_s), rss_gb=float(rss_gb),
                  planned_gb=float(planned_gb), host=socket.gethostname(), date=time.strftime("%Y-%m-%d"),
-                 activations_gb=float(activations_gb), seq=int(seq))
+                 activations_gb=float(activations_gb), seq=int(seq), micro_batches=int(micro_batches))
 
 
 def seq_of(point: Point) -> int:
@@ -127,11 +141,12 @@ def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
     pts = [p for p in points if p.flops > 0 and p.step_s > 0]
     if not pts:
         return None
+    micro = [replace(p, flops=p.flops / p.micro_batches, step_s=p.step_s / p.micro_batches) for p in pts]
     seqs = {seq_of(p) for p in pts}
     if len(seqs) > 1 and 0 not in seqs:
-        overhead, rate, exponent, ref_seq = _fit_over_seq(pts)
+        overhead, rate, exponent, ref_seq = _fit_over_seq(micro)
     else:
-        overhead, rate, exponent, ref_seq = *_fit_one_seq(pts), 0.0, 0
+        overhead, rate, exponent, ref_seq = *_fit_one_seq(micro), 0.0, 0
     fixed, scale = max(statistics.median(p.rss_gb - p.planned_gb for p in pts), 0.0), 1.0
     held = [p for p in pts if p.activations_gb > 0]   # points recorded before the split say nothing
     line = _line([p.activations_gb for p in held],
@@ -190,12 +205,26 @@ def _line(xs: List[float], ys: List[float]) -> Optional[Tuple[float, float]]:
 def load(cfg: Any) -> Optional[Calibration]:
     """The calibration of cfg's hardware option from the cache, or None: the points of cfg's engine
     (our loop and MindFormers' trainer compile different graphs), of its architecture if any were
-    recorded, else all of the engine's on that hardware."""
-    hardware = str(cfg.hardware.name)
+    recorded, else all of the engine's on that hardware. Its own points all at one sequence length, it
+    takes how the rate grows with the sequence from another option's points of the architecture measured
+    on the same host (the module's docstring says why)."""
+    hardware, cache_dir = str(cfg.hardware.name), str(cfg.data.cache_dir)
     theirs = bool(_engine_tag(cfg))
-    points = [p for p in read_points(str(cfg.data.cache_dir), hardware) if (ENGINE_TAG in p.shape) == theirs]
+    points = [p for p in read_points(cache_dir, hardware) if (ENGINE_TAG in p.shape) == theirs]
     own = [p for p in points if p.shape.split("|")[0] == arch_key(cfg)]
-    return fit(hardware, own or points)
+    calibration = fit(hardware, own or points)
+    lengths = {seq_of(p) for p in own}
+    if calibration is None or len(lengths) != 1 or 0 in lengths:
+        return calibration
+    for other in sorted(path_for(cache_dir, hardware).parent.glob("*.json")):   # the other options
+        scaled = other.stem != hardware and fit(other.stem, [
+            p for p in read_points(cache_dir, other.stem)
+            if (ENGINE_TAG in p.shape) == theirs and p.shape.split("|")[0] == arch_key(cfg)
+            and p.host == calibration.host])
+        if scaled and scaled.ref_seq:
+            return replace(calibration, seq_exponent=scaled.seq_exponent, ref_seq=lengths.pop(),
+                           exponent_from=other.stem)
+    return calibration
 
 
 def _engine_tag(cfg: Any) -> str:

@@ -297,7 +297,7 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
     recompute_factor = _recompute_factor(lay)
     flops_per_step = _device_flops(cfg, shape, lay)
     if calibration is not None:
-        compute_s = calibration.step_s(flops_per_step, shape.seq)
+        compute_s = calibration.step_s(flops_per_step, shape.seq, lay.grad_accum)
     else:
         compute_s = _div(flops_per_step, peak_tflops * 1e12 * float(_get(train, "efficiency", 0.45)))
     bubble = bubble_fraction(lay.pp, lay.grad_accum, lay.vpp, lay.pipeline_schedule)

@@ -118,7 +118,7 @@ def record_calibration(cfg: DictConfig, planned: Any, step_s: float) -> None:
     states, held = memory_split_gb(planned)
     point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(cfg), step_s,
                                   measure.peak_rss_gb() if cpu else 0.0, states + held, held,
-                                  int(cfg.model.seq_length))
+                                  int(cfg.model.seq_length), planned.layout.grad_accum)
     calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
 
 
@@ -156,7 +156,7 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
     while s.phase_step < plan.steps:
         record = trainer.train_step(plan)
         keeper.beat(s.global_step)
-        meter.step(record, compiled=trainer.steps_run > 1)
+        meter.step(record, trainer.steps_run)
         losses[s.global_step] = record["loss"]
         if len(s.phase_losses) < WINDOW:   # checkpointed: the phase's start loss survives a resume
             s.phase_losses.append(record["loss"])

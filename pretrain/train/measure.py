@@ -1,9 +1,14 @@
 """What a phase measured of itself, set beside what the plan said: step time, tokens/s, peak host
 memory and checkpoint save time (summary.json, the printed summary, plan.json, the calibration a run
-records). The first step a process runs compiles the graph: it is left out of the step time."""
+records). The first step a process runs compiles the graph: it is left out of the step time, and so
+are the WARMUP_STEPS after it where the phase has steps to spare: on this CPU the first 4-8 of them ran
+20-40% slower than the steady step a month-long run is made of (measured on one shape: 0.12-0.15 s,
+then 0.085-0.095 s)."""
 import resource
 import statistics
 from typing import Any, Dict, List, Optional
+
+WARMUP_STEPS = 8   # after the compiling step: the probe times after them, a phase leaves them out
 
 
 def peak_rss_gb() -> float:
@@ -13,19 +18,24 @@ def peak_rss_gb() -> float:
 
 class PhaseMeter:
     def __init__(self, saves_before: int):
-        self.step_times: List[float] = []
+        self.step_times: List[float] = []   # of the steps after the compiling one
+        self.settled: List[bool] = []       # each: past the warm-up?
         self.saves_before = saves_before   # index into the trainer's save_times where this phase starts
 
-    def step(self, record: Dict[str, Any], compiled: bool) -> None:
-        if compiled:
+    def step(self, record: Dict[str, Any], steps_run: int) -> None:
+        """`steps_run`: the training steps this process has run, this one included."""
+        if steps_run > 1:   # its first compiled the graph
             self.step_times.append(float(record["step_time_s"]))
+            self.settled.append(steps_run > 1 + WARMUP_STEPS)
 
     def result(self, tokens_per_step: int, save_times: List[float]) -> Dict[str, Optional[float]]:
-        median = statistics.median(self.step_times) if self.step_times else None
+        steady = [t for t, settled in zip(self.step_times, self.settled) if settled]
+        timed = steady if len(steady) >= WARMUP_STEPS else self.step_times   # a short phase: all it has
+        median = statistics.median(timed) if timed else None
         saves = save_times[self.saves_before:]
         return {"step_s": median, "tokens_per_s": tokens_per_step / median if median else None,
                 "memory_gb": peak_rss_gb(), "save_s": statistics.median(saves) if saves else None,
-                "steps_timed": len(self.step_times)}
+                "steps_timed": len(timed)}
 
 
 def note_allreduce(results: List[Dict[str, Any]], allreduce_s: Optional[float]) -> None:

@@ -3,15 +3,16 @@ planning, and record it as this hardware option's calibration (pretrain/plan/cal
 
 One process, the real MindFormers model and our compiled step, fed random token rows: steps of one
 micro-batch of the composed size, of twice its rows, and of its rows at half the sequence length, each
-after its compile and a warm-up step. The two sizes at one length separate the step's fixed cost from
-its compute; the second length gives how the achieved rate changes with the sequence (on CPU it grows:
-larger attention matrices), so a plan at another length than the probe's is not FLOPs alone. Half,
-not twice: a probe must fit wherever the composed run fits. One update cell without accumulation
-buffers, as a run with one micro-batch per step has: a probe that accumulated timed the buffers'
-per-parameter passes too (the plan came out 30% slow). Seconds to a minute on CPU, mostly the three
-compiles. A data-parallel layout's step (two processes sharing the
-cores, the all-reduce) is not what one process measures: there the run records its own calibration
-(every run does).
+after its compile and the warm-up steps a run's measured step leaves out too (train/measure.py). The
+two sizes at one length separate the step's fixed cost from its compute; the second length gives how
+the achieved rate changes with the sequence (on CPU it grows: larger attention matrices), so a plan at
+another length than the probe's is not FLOPs alone. Half, not twice: a probe must fit wherever the
+composed run fits. One update cell without accumulation buffers, as a run with one micro-batch per
+step has: a probe that accumulated timed the buffers' per-parameter passes too (the plan came out 30%
+slow). Seconds to a minute on CPU, mostly the three compiles. A data-parallel layout's step (two
+processes sharing the cores, the all-reduce) is not what one process measures: there the run records
+its own calibration (every run does), and takes how the rate grows with the sequence from this probe
+(pretrain/plan/calibration.py).
 """
 import statistics
 import time
@@ -24,9 +25,10 @@ from pretrain.config.errors import PretrainConfigError
 from pretrain.config.layout import ParallelLayout
 from pretrain.plan import calibration
 from pretrain.plan.planner import device_flops_per_step, memory_split_gb, plan
-from pretrain.train.measure import peak_rss_gb
+from pretrain.train.measure import WARMUP_STEPS, peak_rss_gb
 
-TIMED_STEPS = 5
+TIMED_STEPS = 12   # their median: single steady steps here move by 10-20%
+MIN_WARMUP_S, MIN_TIMED_S = 1.0, 2.0   # and no fewer seconds: a short shape's steps are the noisiest
 MIN_SEQ = 8   # below this a half-length step is all overhead: the probe times one length
 
 
@@ -65,20 +67,26 @@ def probe(cfg: Any) -> List[calibration.Point]:
         states, graph = memory_split_gb(plan(probed))
         held += graph   # the process keeps each shape's compiled graph
         batches = [random_batch(rows, length, int(cfg.model.vocab_size), rng)]
-        for _ in range(2):   # compiles (a new input shape), then warms up
-            step.step(batches, 0.0)
-        times = []
-        for _ in range(TIMED_STEPS):
-            started = time.perf_counter()
-            step.step(batches, 0.0)
-            times.append(time.perf_counter() - started)
+        step.step(batches, 0.0)   # compiles (a new input shape)
+        timed_steps(step, batches, WARMUP_STEPS, MIN_WARMUP_S)
+        times = timed_steps(step, batches, TIMED_STEPS, MIN_TIMED_S)
         shape = f"{calibration.shape_key(cfg)}-probe-{name}"
         rss = peak_rss_gb() if cfg.hardware.device == "cpu" else 0.0
         points.append(calibration.new_point(shape, device_flops_per_step(probed), statistics.median(times),
-                                            rss, states + held, held, length))
+                                            rss, states + held, held, length, micro_batches=1))
     for point in points:
         calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
     return points
+
+
+def timed_steps(step: Any, batches: list, at_least: int, at_least_s: float) -> List[float]:
+    """The times of `at_least` steps, or more until they add up to `at_least_s` seconds."""
+    times: List[float] = []
+    while len(times) < at_least or sum(times) < at_least_s:
+        started = time.perf_counter()
+        step.step(batches, 0.0)
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def probe_shapes(mb: int, seq: int) -> List[Tuple[str, int, int]]:
