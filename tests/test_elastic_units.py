@@ -123,3 +123,31 @@ def test_the_stop_is_agreed_over_every_rank_of_the_job_not_only_data_parallel(mo
     assert agreed.degree == 1 and not agreed.requested   # one process: the local flag, no collective
     stop.requested, stop.signum = True, 15
     assert agreed.requested and agreed.signal_name == "SIGTERM"
+
+
+def test_the_ranks_agree_how_many_reads_apart_they_check_the_stop(monkeypatch):
+    # two ranks whose reads come 0.1 s apart: after the warm-up they time TIMED_READS reads, and
+    # from the sum of both ranks' times they check every 10th read (STOP_CHECK_S apart)
+    from pretrain.resilience.signals import GracefulStop
+    from pretrain.train import ranks
+    from pretrain.train.measure import WARMUP_STEPS
+
+    clock = [0.0]
+    monkeypatch.setattr(ranks.time, "monotonic", lambda: clock[0])
+    collectives = []
+
+    def both_ranks(values):   # each rank contributes what this one does
+        collectives.append(list(values))
+        return [2 * v for v in values]
+
+    stop = GracefulStop()
+    agreed = ranks.AgreedStop(stop, degree=2, summed=both_ranks)
+    agree_at = 2 + WARMUP_STEPS + ranks.TIMED_READS
+    for _ in range(agree_at):
+        assert not agreed.requested
+        clock[0] += 0.1
+    assert len(collectives) == agree_at and collectives[-1][1] == pytest.approx(ranks.TIMED_READS * 0.1)
+    assert agreed.every == 10
+    stop.requested, stop.signum = True, 15   # arrives between two checks: every rank sees it at the next
+    seen = [agreed.requested for _ in range(10)]
+    assert seen == [False] * 9 + [True] and len(collectives) == agree_at + 1

@@ -50,10 +50,15 @@ class MetricsWriter:
             return
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        kind, step = record["kind"], int(record["step"])
-        for key, value in record.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
-                self._tb.add_scalar(f"{kind}/{key}", value, step)
+        # One event holding the record's scalars, not one per scalar: MindSpore needs the pure-Python
+        # protobuf, in which building and writing an event per scalar cost 2 ms of a 70 ms step here.
+        from tensorboardX.proto.summary_pb2 import Summary
+
+        kind = record["kind"]
+        self._tb.file_writer.add_summary(Summary(value=[
+            Summary.Value(tag=f"{kind}/{key}", simple_value=float(value)) for key, value in record.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step"]),
+            int(record["step"]))
 
     def rewind(self, step: int) -> None:
         """Forget the records after `step`, which a resume or a loss-spike rollback runs again: the

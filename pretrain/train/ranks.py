@@ -8,11 +8,14 @@ final weights, digests of the rows it was fed), which the launcher writes to its
 
 import hashlib
 import os
-from typing import Any, Dict, List, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pretrain.config.layout import ParallelLayout
 
 MAX_ROW_DIGESTS = 4096  # rows listed one by one in the evidence; the running digest covers all
+STOP_CHECK_S = 1.0      # about how long a stop waits for the ranks' next agreed read
+TIMED_READS = 16        # reads the ranks time together before agreeing how many apart their checks fall
 
 
 def rank_info() -> Tuple[int, int]:
@@ -36,11 +39,16 @@ def all_sum(value: float, degree: int) -> float:
     rank must call it at the same point. With one rank: `value`."""
     if degree <= 1:
         return float(value)
+    return world_sum([value])[0]
+
+
+def world_sum(values: Sequence[float]) -> List[float]:
+    """`values` summed element-wise over the job's ranks (the world group: CPU's AllReduce only sums)."""
     import mindspore as ms
     import numpy as np
     from mindspore import ops
 
-    return float(ops.AllReduce()(ms.Tensor(np.array([float(value)], np.float32))).asnumpy()[0])
+    return [float(x) for x in ops.AllReduce()(ms.Tensor(np.array(values, np.float32))).asnumpy()]
 
 
 class AgreedStop:
@@ -50,23 +58,44 @@ class AgreedStop:
     over the world group (CPU's AllReduce only sums): every parallel group at once, data, tensor,
     pipeline and context parallel, so all ranks stop after the same step and rank 0 saves that
     step once. `degree`: the job's world size (rank_info()), not the data-parallel degree, which
-    is 1 for a tensor-parallel-only layout."""
+    is 1 for a tensor-parallel-only layout.
 
-    def __init__(self, stop: Any, degree: int):
+    A read is a collective, and a small model's step is short: read at every step, it cost 2 ms of
+    a 70 ms step here. So the ranks read the flags together every `every` reads, about STOP_CHECK_S
+    apart: after the compile and the warm-up they time TIMED_READS reads, sum their times in the same
+    collective as the flags, and each derives `every` from the same sum. Every rank reads at the same
+    points (each step, each phase's start), so all of them check at the same ones."""
+
+    def __init__(self, stop: Any, degree: int,
+                 summed: Optional[Callable[[Sequence[float]], List[float]]] = None):
         self._stop = stop
         self.degree = int(degree)
+        self.every = 1            # reads apart that the ranks check: agreed at read `agree_at`
+        self._reads = 0
+        self._timed_from = 0.0
+        self._sum = summed or world_sum   # a test's stand-in for the collective
 
     @property
     def requested(self) -> bool:
+        """Read once per step (and at each phase's start) on every rank: each read counts."""
         local = bool(self._stop.requested)
         if self.degree <= 1:
             return local
-        import mindspore as ms
-        import numpy as np
-        from mindspore import ops
+        from pretrain.train.measure import WARMUP_STEPS
 
-        total = ops.AllReduce()(ms.Tensor(np.array([float(local)], np.float32)))
-        return float(total.asnumpy()[0]) > 0
+        self._reads += 1
+        start_at = 2 + WARMUP_STEPS              # the phase's read, the compiling step's, the warm-up
+        agree_at = start_at + TIMED_READS
+        if self._reads == start_at:
+            self._timed_from = time.monotonic()
+        if self._reads == agree_at:
+            flags, elapsed = self._sum([float(local), time.monotonic() - self._timed_from])
+            per_read = elapsed / self.degree / TIMED_READS
+            self.every = max(1, round(STOP_CHECK_S / per_read)) if per_read > 0 else 1
+            return flags > 0
+        if self._reads > agree_at and (self._reads - agree_at) % self.every:
+            return False
+        return self._sum([float(local)])[0] > 0
 
     @property
     def signal_name(self) -> str:
