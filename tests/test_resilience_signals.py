@@ -119,3 +119,23 @@ def test_watchdog_backstop_fires_when_the_hang_holds_the_gil(tmp_path):
     assert out.returncode == 1 and elapsed < 20
     assert "in gil_holding_step" in out.stderr
     assert not stacks.exists() and (not events.exists() or events.read_text() == "")
+
+
+def test_watchdog_rearms_its_backstop_at_most_once_a_second_unless_the_interval_changes(monkeypatch):
+    from pretrain.resilience import signals
+
+    clock, armed = [100.0], []
+    monkeypatch.setattr(signals.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(signals.faulthandler, "dump_traceback_later",
+                        lambda timeout, **kw: armed.append((clock[0], timeout)))
+    dog = signals.Watchdog(10.0, first_timeout_s=60.0, backstop_s=30.0)
+    dog._arm_backstop()                        # as start() arms it, without the thread
+    for _ in range(10):                        # ten steps 0.09 s apart: one re-arm for the interval change
+        clock[0] += 0.09
+        dog.beat(1)
+    assert armed == [(100.0, 90.0), (100.09, 40.0)]
+    clock[0] += 1.0
+    dog.beat(2)                                # a second later: re-armed from now
+    dog.beat(3, next_timeout_s=60.0)           # a slow step ahead: at once, with the longer interval
+    assert armed[2:] == [(clock[0], 40.0), (clock[0], 90.0)]
+    assert dog._interval == 60.0
