@@ -24,7 +24,7 @@ length). Points at one length take it from another hardware option's points of t
 measured on the same host, when some span two lengths: it is the kernels' property, and a
 data-parallel option records its points from real runs, which a user makes at the length they train
 (the probe, one process, times two lengths). Without either, it is 0 and the rate is the same for
-every seq. Measured here, the probe's exponent is noise around 0 (-0.40 to 0.32 over six
+every seq. Measured here, the probe's exponent is noise around 0 (-0.40 to 0.55 over six
 calibrations, each of three points); one from a short dp2 run at a second length moved from -0.29 to
 1.23.
 The memory model is `rss = model states + fixed_gb + activation_scale x activations`: on CPU MindSpore's
