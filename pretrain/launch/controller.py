@@ -52,6 +52,7 @@ from pretrain.resilience.orphan import LAUNCHER_ENV
 
 STALL_MARGIN_S = 30.0   # past the ranks' own watchdog: they report a hang better when they can
 STOP_WAIT_S = 15.0
+NODE_SETTLE_S = 0.5     # a node's tree dies one process at a time: its ranks' own word comes first
 
 
 def free_port() -> int:
@@ -72,6 +73,7 @@ class LocalNodes:
         self.master_addr = self.ns.address(0)
         self.procs: List[subprocess.Popen] = []
         self.tags: List[str] = []
+        self._ended_at: Dict[int, float] = {}   # node -> when its tree's head was first seen ended
 
     def __enter__(self) -> "LocalNodes":
         self.ns.create()
@@ -83,7 +85,7 @@ class LocalNodes:
 
     def start(self, env: Dict[str, str], lock: Optional[int]) -> None:
         job = new_tag()
-        self.procs, self.tags = [], []
+        self.procs, self.tags, self._ended_at = [], [], {}
         # msrun starts `python` from PATH: make it this interpreter (on a cluster: the job's PATH).
         env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")}
         # the ranks stop when this controller dies (on this host only: a pid means nothing on another;
@@ -110,9 +112,12 @@ class LocalNodes:
         self.master_addr = self.ns.address(self.slots[0])
 
     def failed_node(self) -> Optional[Failure]:
-        """A node whose tree ended with an error before its ranks said why."""
+        """A node whose tree ended with an error and whose ranks did not say why within NODE_SETTLE_S
+        (a tree killed process by process ends its head first: the rank it ran is told apart then)."""
         for r, p in enumerate(self.procs):
             if p.poll() not in (None, 0):
+                if time.monotonic() - self._ended_at.setdefault(r, time.monotonic()) < NODE_SETTLE_S:
+                    continue
                 log = self.run_dir / "logs" / f"node_{r}.log"
                 return Failure(-1, p.returncode, f"node {r} of {self.n}: its msrun exited with code "
                                                  f"{p.returncode} (see {log})", cause="node")
