@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pretrain.config.layout import ParallelLayout
+from pretrain.train.measure import WARMUP_STEPS
 
 MAX_ROW_DIGESTS = 4096  # rows listed one by one in the evidence; the running digest covers all
 STOP_CHECK_S = 1.0      # about how long a stop waits for the ranks' next agreed read
@@ -70,8 +71,10 @@ class AgreedStop:
                  summed: Optional[Callable[[Sequence[float]], List[float]]] = None):
         self._stop = stop
         self.degree = int(degree)
-        self.every = 1            # reads apart that the ranks check: agreed at read `agree_at`
+        self.every = 1            # reads apart that the ranks check: agreed at read `_agree_at`
         self._reads = 0
+        self._start_at = 2 + WARMUP_STEPS       # the phase's read, the compiling step's, the warm-up
+        self._agree_at = self._start_at + TIMED_READS
         self._timed_from = 0.0
         self._sum = summed or world_sum   # a test's stand-in for the collective
 
@@ -81,19 +84,15 @@ class AgreedStop:
         local = bool(self._stop.requested)
         if self.degree <= 1:
             return local
-        from pretrain.train.measure import WARMUP_STEPS
-
         self._reads += 1
-        start_at = 2 + WARMUP_STEPS              # the phase's read, the compiling step's, the warm-up
-        agree_at = start_at + TIMED_READS
-        if self._reads == start_at:
+        if self._reads == self._start_at:
             self._timed_from = time.monotonic()
-        if self._reads == agree_at:
+        if self._reads == self._agree_at:
             flags, elapsed = self._sum([float(local), time.monotonic() - self._timed_from])
             per_read = elapsed / self.degree / TIMED_READS
             self.every = max(1, round(STOP_CHECK_S / per_read)) if per_read > 0 else 1
             return flags > 0
-        if self._reads > agree_at and (self._reads - agree_at) % self.every:
+        if self._reads > self._agree_at and (self._reads - self._agree_at) % self.every:
             return False
         return self._sum([float(local)])[0] > 0
 
