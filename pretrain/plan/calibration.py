@@ -211,7 +211,8 @@ def load(cfg: Any) -> Optional[Calibration]:
     hardware, cache_dir = str(cfg.hardware.name), str(cfg.data.cache_dir)
     theirs = bool(_engine_tag(cfg))
     points = [p for p in read_points(cache_dir, hardware) if (ENGINE_TAG in p.shape) == theirs]
-    own = [p for p in points if p.shape.split("|")[0] == arch_key(cfg)]
+    arch = arch_key(cfg)
+    own = [p for p in points if p.shape.split("|")[0] == arch]
     calibration = fit(hardware, own or points)
     lengths = {seq_of(p) for p in own}
     if calibration is None or len(lengths) != 1 or 0 in lengths:
@@ -219,7 +220,7 @@ def load(cfg: Any) -> Optional[Calibration]:
     for other in sorted(path_for(cache_dir, hardware).parent.glob("*.json")):   # the other options
         scaled = other.stem != hardware and fit(other.stem, [
             p for p in read_points(cache_dir, other.stem)
-            if (ENGINE_TAG in p.shape) == theirs and p.shape.split("|")[0] == arch_key(cfg)
+            if (ENGINE_TAG in p.shape) == theirs and p.shape.split("|")[0] == arch
             and p.host == calibration.host])
         if scaled and scaled.ref_seq:
             return replace(calibration, seq_exponent=scaled.seq_exponent, ref_seq=lengths.pop(),

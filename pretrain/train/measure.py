@@ -18,19 +18,19 @@ def peak_rss_gb() -> float:
 
 class PhaseMeter:
     def __init__(self, saves_before: int):
-        self.step_times: List[float] = []   # of the steps after the compiling one
-        self.settled: List[bool] = []       # each: past the warm-up?
+        self.warming: List[float] = []   # the WARMUP_STEPS after the compiling step
+        self.steady: List[float] = []    # the steps after those
         self.saves_before = saves_before   # index into the trainer's save_times where this phase starts
 
     def step(self, record: Dict[str, Any], steps_run: int) -> None:
         """`steps_run`: the training steps this process has run, this one included."""
         if steps_run > 1:   # its first compiled the graph
-            self.step_times.append(float(record["step_time_s"]))
-            self.settled.append(steps_run > 1 + WARMUP_STEPS)
+            settled = steps_run > 1 + WARMUP_STEPS
+            (self.steady if settled else self.warming).append(float(record["step_time_s"]))
 
     def result(self, tokens_per_step: int, save_times: List[float]) -> Dict[str, Optional[float]]:
-        steady = [t for t, settled in zip(self.step_times, self.settled) if settled]
-        timed = steady if len(steady) >= WARMUP_STEPS else self.step_times   # a short phase: all it has
+        # a phase too short to spare the warm-up: all its steps after the compile
+        timed = self.steady if len(self.steady) >= WARMUP_STEPS else self.warming + self.steady
         median = statistics.median(timed) if timed else None
         saves = save_times[self.saves_before:]
         return {"step_s": median, "tokens_per_s": tokens_per_step / median if median else None,

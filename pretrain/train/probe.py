@@ -5,14 +5,14 @@ One process, the real MindFormers model and our compiled step, fed random token 
 micro-batch of the composed size, of twice its rows, and of its rows at half the sequence length, each
 after its compile and the warm-up steps a run's measured step leaves out too (train/measure.py). The
 two sizes at one length separate the step's fixed cost from its compute; the second length gives how
-the achieved rate changes with the sequence (larger attention matrices; measured here it stays
-within noise of the same rate), so a plan at another length than the probe's is not FLOPs alone. Half, not twice: a probe must fit wherever the
-composed run fits. One update cell without accumulation buffers, as a run with one micro-batch per
-step has: a probe that accumulated timed the buffers' per-parameter passes too (the plan came out 30%
-slow). Seconds to a minute on CPU, mostly the three compiles. A data-parallel layout's step (two
-processes sharing the cores, the all-reduce) is not what one process measures: there the run records
-its own calibration (every run does), and takes how the rate grows with the sequence from this probe
-(pretrain/plan/calibration.py).
+the achieved rate changes with the sequence (larger attention matrices; measured here it stays within
+noise of the same rate), so a plan at another length than the probe's is not FLOPs alone. Half, not
+twice: a probe must fit wherever the composed run fits. One update cell without accumulation buffers,
+as a run with one micro-batch per step has: a probe that accumulated timed the buffers' per-parameter
+passes too (the plan came out 30% slow). Seconds to a minute on CPU, mostly the three compiles. A
+data-parallel layout's step (two processes sharing the cores, the all-reduce) is not what one process
+measures: there the run records its own calibration (every run does), and takes how the rate grows with
+the sequence from this probe (pretrain/plan/calibration.py).
 """
 import statistics
 import time
