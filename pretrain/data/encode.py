@@ -1,18 +1,157 @@
-"""Tokenize a chunk of documents: sentencepiece, EOD after each, as one int32 stream (pack.Docs)."""
+"""Tokenize a chunk of documents: sentencepiece, EOD after each, as one int32 stream (pack.Docs).
+
+Most of a corpus is the same few hundred thousand words over and over, and sentencepiece
+segments each word the same way wherever it stands, when the model allows it (WordCache.fits):
+a BPE model (a unigram model's Viterbi breaks ties between equal segmentations by the rounding
+of the score accumulated before the word, so a word alone can come out otherwise), identity
+normalization, a space-escaped dummy prefix, and no piece that runs from a word's letters into
+the next word's whitespace, or through a newline. Then a document's ids are the ids
+of its units (" *[^ \\n]+", runs of spaces, "\\n"; the document read with a leading space for the
+dummy prefix) one after another, and each distinct unit is encoded once per worker, not once per
+occurrence. tests/test_encode.py checks the ids equal sentencepiece's own, document by document.
+"""
 import itertools
-from typing import Sequence
+import re
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from pretrain.data.pack import Docs
 
+_UNIT = re.compile(r" *[^ \n]+|\n| +")
+# Characters that a non-identity normalization (NFKC, nmt_*, case folding), whitespace
+# collapsing, a missing or suffix dummy prefix would change: the model's normalize() of this
+# must be the text with its spaces escaped and one dummy prefix.
+_PROBE = "Ａﬁ A\u00a0b\t\u3000c  d \r\ne\u0301 Σς ½ "
+_BPE = 2                    # sentencepiece's TrainerSpec.ModelType
+_ESCAPE = "\u2581"          # sentencepiece's space; a document holding it takes the plain path
+MAX_TOKENS = 1 << 24        # ids kept by a WordCache (64 MB) before it starts again
 
-def encode_texts(sp, texts: Sequence[str], eod_id: int) -> Docs:
+
+class WordCache:
+    """The ids of each distinct unit, in context (after another unit), for one sentencepiece
+    model: one flat id array with each unit's start and length, so a chunk's ids are one
+    vectorised gather."""
+
+    def __init__(self, sp) -> None:
+        self.sp = sp
+        self.skip = len(sp.encode("\n"))   # the dummy prefix and the newline each miss is encoded after
+        self._reset()
+
+    @staticmethod
+    def fits(sp) -> bool:
+        """Whether the unit-by-unit ids equal sentencepiece's for this model (see the module)."""
+        if model_type(sp.serialized_model_proto()) != _BPE:
+            return False
+        if not hasattr(sp, "normalize") or sp.normalize(_PROBE) != _ESCAPE + _PROBE.replace(" ", _ESCAPE):
+            return False
+        crossing = re.compile(f"[^{_ESCAPE}]{_ESCAPE}")
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if crossing.search(piece) or ("\n" in piece and piece != "\n"):
+                return False
+        return True
+
+    def _reset(self) -> None:
+        self.index: dict = {}
+        self.tokens = np.zeros(0, np.int32)
+        self.starts = np.zeros(0, np.int64)
+        self.lens = np.zeros(0, np.int64)
+
+    def _add(self, units: List[str]) -> None:
+        """Encode units not seen yet (in context: after a newline, whose ids are dropped)."""
+        skip = self.skip
+        ids = self.sp.encode(["\n" + u for u in units], num_threads=1)
+        lens = np.fromiter((len(x) - skip for x in ids), np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(x[skip:] for x in ids), np.int32, count=int(lens.sum()))
+        base = len(self.index)
+        self.index.update(zip(units, range(base, base + len(units))))
+        self.starts = np.concatenate([self.starts, len(self.tokens) + np.cumsum(lens) - lens])
+        self.lens = np.concatenate([self.lens, lens])
+        self.tokens = np.concatenate([self.tokens, flat])
+
+    def encode(self, texts: Sequence[str]) -> tuple:
+        """(ids of every document one after another, each document's id count)."""
+        if len(self.tokens) > MAX_TOKENS:
+            self._reset()
+        per_doc = [_UNIT.findall(" " + t) if t else [] for t in texts]
+        units = list(itertools.chain.from_iterable(per_doc))
+        index = self.index
+        new = [u for u in dict.fromkeys(units) if u not in index]
+        if new:
+            self._add(new)
+        uid = np.fromiter(map(index.__getitem__, units), np.int64, count=len(units))
+        lens = self.lens[uid]
+        ends = np.cumsum(lens)
+        # each unit's ids: positions starts[u] .. starts[u] + lens[u] - 1 of the flat array
+        flat = self.tokens[np.repeat(self.starts[uid] - ends + lens, lens) + np.arange(int(ends[-1]) if len(ends) else 0)]
+        bounds = np.cumsum([0] + [len(u) for u in per_doc])
+        total = np.concatenate([[0], ends])
+        return flat, total[bounds[1:]] - total[bounds[:-1]]
+
+
+def model_type(proto: bytes) -> int:
+    """TrainerSpec.model_type of a serialized sentencepiece ModelProto (its field 2, field 3 in
+    that; unigram, 1, when not written), read from the protobuf wire format directly: the
+    generated module sentencepiece ships needs a protobuf runtime of its own exact version."""
+    spec = _field(proto, 2)
+    value = _field(spec, 3) if spec is not None else None
+    return 1 if value is None else value
+
+
+def _field(data: bytes, number: int):
+    """The last value of a field in a protobuf message: an int (varint) or bytes (length-delimited)."""
+    found, i = None, 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        kind = key & 7
+        if kind == 0:
+            value, i = _varint(data, i)
+        elif kind == 2:
+            size, i = _varint(data, i)
+            value, i = data[i:i + size], i + size
+        elif kind in (1, 5):
+            value, i = None, i + (8 if kind == 1 else 4)
+        else:
+            raise ValueError(f"protobuf wire type {kind} at byte {i}")
+        if key >> 3 == number:
+            found = value
+    return found
+
+
+def _varint(data: bytes, i: int) -> tuple:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
+def encode_texts(sp, texts: Sequence[str], eod_id: int, words: Optional[WordCache] = None) -> Docs:
     """Documents as one int32 stream, each followed by EOD. One thread: data.workers processes are
-    the parallelism (sentencepiece's own pool would otherwise run on every core in each of them)."""
-    ids = sp.encode(list(texts), num_threads=1)
-    lens = np.fromiter((len(x) for x in ids), np.int64, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lens.sum()))
+    the parallelism (sentencepiece's own pool would otherwise run on every core in each of them).
+    words: the model's WordCache (fits() true) to encode by units; None: sentencepiece per document."""
+    texts = list(texts)
+    plain = [i for i, t in enumerate(texts) if words is None or _ESCAPE in t]
+    if words is None:
+        ids = sp.encode(texts, num_threads=1)
+        lens = np.fromiter((len(x) for x in ids), np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lens.sum()))
+    elif not plain:
+        flat, lens = words.encode(texts)
+    else:       # documents holding the escape character itself: sentencepiece's own ids, in place
+        held = set(plain)
+        fast = [t for i, t in enumerate(texts) if i not in held]
+        flat_fast, lens_fast = words.encode(fast)
+        per_doc = np.split(flat_fast, np.cumsum(lens_fast)[:-1]) if len(fast) else []
+        slow = iter(np.asarray(x, np.int32) for x in sp.encode([texts[i] for i in plain], num_threads=1))
+        fast_iter = iter(per_doc)
+        docs = [next(slow) if i in held else next(fast_iter) for i in range(len(texts))]
+        lens = np.fromiter(map(len, docs), np.int64, count=len(docs))
+        flat = np.concatenate(docs).astype(np.int32) if docs else np.zeros(0, np.int32)
     tokens = np.insert(flat, np.cumsum(lens), eod_id).astype(np.int32)
     return Docs(tokens, (lens + 1).astype(np.int32))
 

@@ -572,12 +572,13 @@ def _tokenize_chunk(t: TokenizeTask, tmp: Path) -> Dict:
     import sentencepiece as spm
 
     from pretrain.data.docstore import DocStore
-    from pretrain.data.encode import _select, encode_texts
+    from pretrain.data.encode import WordCache, _select, encode_texts
     from pretrain.data.pack import pack_best_fit
     sp = _cached(("sp", t.model), lambda: spm.SentencePieceProcessor(model_file=t.model))
+    words = _cached(("words", t.model), lambda: WordCache(sp) if WordCache.fits(sp) else None)
     store = _cached(("store", t.store), lambda: DocStore(Path(t.store)))
     texts = store.texts(t.start, t.stop)
-    docs = encode_texts(sp, texts, t.eod_id)
+    docs = encode_texts(sp, texts, t.eod_id, words)
     held = store.held_out[t.start:t.stop]
     shard = shard_of(texts, t.num_shards)
     split = {}
