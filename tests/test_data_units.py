@@ -174,6 +174,18 @@ def test_minhash_signatures_are_datasketchs_bit_for_bit():
             assert sig.dtype == ref.hashvalues.dtype and np.array_equal(sig, ref.hashvalues), text[:40]
 
 
+def test_translated_words_are_dedup_words_for_every_character():
+    """hashing.joined_words (bytes.translate when no character above U+007F is a word character)
+    against the regex, for every code point beside ASCII words and alone, and mixed texts."""
+    from pretrain.data.hashing import joined_words
+    for c in range(0x110000):
+        if not 0xD800 <= c < 0xE000:
+            text = f"A{chr(c)}b {chr(c)}"
+            assert joined_words(text) == " ".join(dedup_words(text)).encode(), hex(c)
+    for text in _texts_of_every_kind() + ["\u201cquoted\u201d \u2014 text\u2026", "K\u212a x", "a\ud800b c"]:
+        assert joined_words(text) == " ".join(dedup_words(text)).encode("utf-8", "surrogatepass"), text[:40]
+
+
 def test_compiled_words_are_dedup_words_for_every_character():
     """fasthash.words_of (the read stage's compiled scan of the UTF-8 bytes) against dedup_words, for
     every code point of the basic multilingual plane and ones beyond it (the Python path)."""

@@ -54,8 +54,9 @@ READ_TASKS = 16            # about this many read tasks to balance over the work
                            # depends on the input files only, never on the engine or worker count)
 COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use the compiled dedup
                                 # kernels (fasthash; the same values, so the choice never shows in the
-                                # output): numba's start-up in each worker (~0.9 CPU-s, ~150 MB) is
-                                # repaid by ~0.11 CPU-s per MB with near dedup on, ~0.03 with it off
+                                # output): numba's start-up in each worker (~0.85 CPU-s, ~150 MB) is
+                                # repaid by ~0.09 CPU-s per MB with near dedup on, ~0.013 with it off
+                                # (only the words: 8x as much input)
 
 # stage -> (tasks run, tasks reused) of the latest stage run in this process (for tests and logs)
 counts: Dict[str, tuple] = {}
@@ -486,7 +487,7 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     lsh = lsh_params(dedup) if dedup["near"] else None
     in_bytes = sum(f.stat().st_size for f in src.files if f.is_file())
     workers = max(1, int(getattr(cfg, "workers", 1) or 1))
-    compiled = in_bytes / workers >= COMPILED_MIN_BYTES * (1 if dedup["near"] else 4)
+    compiled = in_bytes / workers >= COMPILED_MIN_BYTES * (1 if dedup["near"] else 8)
     parts = partitions(in_bytes)
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
                       float(cfg.val_fraction), r, lsh, parts=parts, compiled=compiled)
