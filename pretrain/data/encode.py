@@ -77,10 +77,12 @@ class WordCache:
         per_doc = [_UNIT.findall(" " + t) if t else [] for t in texts]
         units = list(itertools.chain.from_iterable(per_doc))
         index = self.index
-        new = [u for u in dict.fromkeys(units) if u not in index]
-        if new:
-            self._add(new)
-        uid = np.fromiter(map(index.__getitem__, units), np.int64, count=len(units))
+        uid = np.fromiter(map(index.get, units, itertools.repeat(-1)), np.int64, count=len(units))
+        missing = np.flatnonzero(uid < 0)
+        if len(missing):        # (a warm cache misses few: only those are looked at again)
+            at = missing.tolist()
+            self._add(list(dict.fromkeys(units[i] for i in at)))
+            uid[missing] = np.fromiter((index[units[i]] for i in at), np.int64, count=len(at))
         lens = self.lens[uid]
         ends = np.cumsum(lens)
         # each unit's ids: positions starts[u] .. starts[u] + lens[u] - 1 of the flat array

@@ -213,20 +213,23 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     from pretrain.data.clean import Cleaner
     from pretrain.data.dedup import MinHasher, band_keys
     from pretrain.data.docstore import DocStoreWriter
-    from pretrain.data.hashing import dedup_view, is_validation, words_digest
+    from pretrain.data.hashing import dedup_view, is_validation, joined_words, words_digest
     from pretrain.data.sources import Drop, source_items
     clean, dedup = t.clean, t.dedup
     if t.compiled:
         from pretrain.data.fasthash import words_of
+
+        def joined(text: str) -> bytes:
+            return words_of(text).joined
     else:
-        words_of = dedup_view
+        words_of, joined = dedup_view, joined_words
     cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
     near = dedup["near"]
     hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
                      lambda: MinHasher(dedup["num_perm"], dedup["shingle"], (t.lsh["a"], t.lsh["b"]))) \
         if near else None
     bands, width = (t.lsh["bands"], t.lsh["width"]) if near else (0, 0)
-    need_words, need_digest = bool(near or dedup["exact"]), t.val_fraction > 0
+    held_out = t.val_fraction > 0
     earlier = set()               # digests of this split: a repeat is an exact duplicate (dedup.exact)
     signed: List[int] = []        # documents with a signature (an exact duplicate's is never used)
     writer = DocStoreWriter(tmp)
@@ -255,9 +258,13 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
             dropped[reason] += 1
             continue
         # The words digest is the exact-dedup identity and the held-out key of a document without
-        # one of its own: skipped when neither needs it (dedup off, no held-out split).
-        words = words_of(text) if need_words or (need_digest and not item.key) else None
-        digest = words_digest(words.joined) if words is not None else bytes(16)
+        # one of its own: skipped when neither needs it (dedup off, no held-out split). Only the
+        # MinHash reads each word's place in them (Words); the digest, their bytes alone.
+        words = words_of(text) if near else None
+        if near or dedup["exact"] or (held_out and not item.key):
+            digest = words_digest(words.joined if words is not None else joined(text))
+        else:
+            digest = bytes(16)
         writer.add(text, is_validation(item.key or digest, t.val_fraction))
         digests += digest
         chars.append(len(text))
@@ -566,6 +573,8 @@ def tokenize_chunk(t: TokenizeTask) -> Dict:
 def shard_of(texts: Sequence[str], num_shards: int) -> np.ndarray:
     """The output shard of each training document: a hash of its text."""
     from pretrain.data.hashing import stable_int
+    if num_shards == 1:
+        return np.zeros(len(texts), np.int64)
     return np.fromiter((stable_int(t.encode(), 32) % num_shards for t in texts), np.int64, count=len(texts))
 
 
