@@ -31,8 +31,10 @@ removed once the stage's result is published.
 import json
 import os
 import shutil
+import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -612,7 +614,6 @@ class ShardPart:
     split: str
     index: int
     count: int
-    truncated: int           # documents the tokenize tasks split for this shard
     expected_bytes: int
 
 
@@ -624,6 +625,25 @@ class ShardTask:
     capacity: int
     pad_id: int
     method: str
+    stream: bool = False     # started beside the tokenize stage: each chunk read once it is published
+
+
+# Set by the driver when the tokenize stage a streamed writer waits on has failed or was stopped.
+_stop_streaming = threading.Event()
+STREAM_POLL_S = 0.02
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _published(chunk: str, wait: bool) -> Dict:
+    """A tokenize chunk's completion record; a streamed writer waits for it to be published."""
+    done = Path(chunk) / DONE
+    while wait and not done.is_file():
+        if _stop_streaming.wait(STREAM_POLL_S):
+            raise _Stopped(f"the tokenize stage stopped before {chunk} was published")
+    return json.loads(done.read_text())
 
 
 def write_shard(t: ShardTask) -> Dict:
@@ -638,6 +658,9 @@ def _write_shard(t: ShardTask, tmp: Path) -> Dict:
         sink = SplitSink(tmp, part.split, part.count, t.capacity, t.pad_id, t.method, part.expected_bytes,
                      index=part.index)
         for chunk in t.chunks:
+            split_here = _published(chunk, t.stream)["split"]      # documents it split for this shard
+            if part.split == "train":
+                sink.stats.truncated += split_here.get(str(part.index), 0)
             f = Path(chunk) / f"{part.split}-{part.index}.npz"
             if not f.is_file():
                 continue
@@ -645,7 +668,6 @@ def _write_shard(t: ShardTask, tmp: Path) -> Dict:
             if "ids" in z:
                 sink.rows(Rows(z["ids"], z["seg_lens"], z["seg_counts"]))
             sink.docs(Docs(z["tokens"], z["lens"]))
-        sink.stats.truncated += part.truncated
         summary = sink.close()
         written.append({"split": part.split, "rows": summary["rows"], "tokens": summary["tokens"],
                         "truncated": summary["truncated_documents"], "shard": summary["shards"][0]})
@@ -663,18 +685,30 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
     toks = [TokenizeTask(str(work / "tokenize" / f"{c:06d}"), str(store_dir), a, b, str(tok_path), capacity,
                          method, tok["eod_id"], tok["pad_id"], max_room, n)
             for c, (a, b) in enumerate(store.chunks())]
-    recs = run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
     chunks = [t.out for t in toks]
     expected = int(store.ends[-1]) * 2 if len(store) else 0      # ~0.3 tokens/byte x 4 B + headroom
     # One writer task per train shard; the (small) val shard rides with the first, so a one-shard
-    # dataset is one task: no second process loading MindSpore for it.
-    val = [ShardPart("val", 0, 1, 0, expected // 50)]
-    cut = [sum(r["split"].get(str(s), 0) for r in recs) for s in range(n)]     # documents split per shard
+    # dataset is one task: no second process loading MindSpore for it. That one writer (the
+    # default) streams: it runs in a thread of this process beside the tokenize stage's workers and
+    # reads each chunk once it is published, so loading MindSpore and writing are hidden behind the
+    # tokenizing instead of run after it on one core (several writers run after, on the workers).
+    stream = engine.name == "local" and getattr(engine, "workers", 1) > 1 and n == 1
+    val = [ShardPart("val", 0, 1, expected // 50)]
     shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"),
-                        [ShardPart("train", s, n, cut[s], expected // n)] + (val if s == 0 else []),
-                        chunks, capacity, tok["pad_id"], method)
+                        [ShardPart("train", s, n, expected // n)] + (val if s == 0 else []),
+                        chunks, capacity, tok["pad_id"], method, stream)
               for s in range(n)]
-    done = run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
+
+    def write() -> List[Dict]:
+        return run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
+
+    if stream:
+        with _beside(write) as writer:
+            run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
+        done = writer.result
+    else:
+        run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
+        done = write()
     out_splits = {}
     for split in ("train", "val"):
         stats = SplitStats()
@@ -690,6 +724,36 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
                 stats.shards.append(r["shard"])
         out_splits[split] = stats.summary(capacity)
     return out_splits
+
+
+class _Beside:
+    result: List[Dict]
+
+
+@contextmanager
+def _beside(fn: Callable[[], List[Dict]]):
+    """fn in a thread while the with-body runs; its result (or its error) once both are done. When
+    the body fails or is interrupted, the thread is told to stop (_stop_streaming) and joined first."""
+    out, failed = _Beside(), []
+
+    def run() -> None:
+        try:
+            out.result = fn()
+        except BaseException as exc:        # handed to the driver's thread below
+            failed.append(exc)
+
+    _stop_streaming.clear()
+    thread = threading.Thread(target=run, name="shard-writer", daemon=True)
+    thread.start()
+    try:
+        yield out
+    except BaseException:
+        _stop_streaming.set()
+        thread.join()
+        raise
+    thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _link(src: Path, dst: Path) -> None:
