@@ -6,6 +6,7 @@ import gzip
 import json
 import random
 import re
+import time
 from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
@@ -386,3 +387,49 @@ def test_the_cleaners_fast_checks_match_the_patterns_on_any_characters():
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert clean_module.non_ascii(text) == "".join(c for c in text if ord(c) > 0x7F), repr(text)
         assert clean_module._has_control(text) == (clean_module._CONTROL.search(text) is not None), repr(text)
+
+
+def test_a_streamed_writer_waits_for_each_chunk_and_stops_when_the_stage_beside_it_fails(tmp_path):
+    """stages._beside / _published: the writer reads a chunk only once it is published; when the
+    tokenize stage fails, the writer is stopped and joined, and the stage's own error is raised."""
+    import threading
+    from pretrain.data import stages
+    chunks = [tmp_path / f"c{i}" for i in range(3)]
+    read = []
+
+    def writer():
+        for c in chunks:
+            read.append(stages._published(str(c), wait=True)["split"])
+        return ["written"]
+
+    def publish(c, i):
+        c.mkdir()
+        (c / stages.DONE).write_text(json.dumps({"split": {"0": i}}))
+
+    with stages._beside(writer) as out:
+        for i, c in enumerate(chunks):
+            assert len(read) == i          # nothing read before it is published
+            publish(c, i)
+            deadline = time.time() + 10
+            while len(read) < i + 1 and time.time() < deadline:
+                time.sleep(0.01)
+    assert out.result == ["written"] and read == [{"0": 0}, {"0": 1}, {"0": 2}]
+
+    waiting = threading.Event()
+
+    def stuck():
+        waiting.set()
+        return stages._published(str(tmp_path / "never"), wait=True)
+
+    with pytest.raises(KeyboardInterrupt):
+        with stages._beside(stuck):
+            waiting.wait(10)
+            raise KeyboardInterrupt
+    assert not [t for t in threading.enumerate() if t.name == "shard-writer"]
+
+    def failing():
+        raise OSError("disk full while writing a shard")
+
+    with pytest.raises(OSError, match="disk full"):
+        with stages._beside(failing):
+            pass

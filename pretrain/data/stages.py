@@ -63,7 +63,8 @@ COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use
 # stage -> (tasks run, tasks reused) of the latest stage run in this process (for tests and logs)
 counts: Dict[str, tuple] = {}
 # stage -> what its tasks cost, summed over the stage runs of this process since the caller last
-# cleared it (the benchmark): tasks run, their CPU seconds, the stage's wall seconds, and the bytes
+# cleared it (the benchmark): tasks run, their CPU seconds, the stage's wall seconds (of a streamed
+# stage, only what it ran on after the stage beside it), and the bytes
 # they wrote into partition files that tasks of a later stage read from many tasks at once (the
 # shuffle: hash and band partitions, drop lists, candidate pairs, token chunks by output shard), the
 # largest peak resident MB of a task's process and the most a task raised it above its start
@@ -703,9 +704,13 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
         return run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
 
     if stream:
+        before = _cost("shards")["wall_s"]
         with _beside(write) as writer:
             run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
         done = writer.result
+        # the writer's wall time that the tokenize stage did not already cover (the profile's stage
+        # wall times then add up to the whole)
+        _cost("shards")["wall_s"] = before + min(_cost("shards")["wall_s"] - before, writer.after_s)
     else:
         run_stage(engine, "tokenize", work / "tokenize", tokenize_chunk, toks)
         done = write()
@@ -728,6 +733,7 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
 
 class _Beside:
     result: List[Dict]
+    after_s: float = 0.0        # how long the thread ran on after the with-body ended
 
 
 @contextmanager
@@ -751,7 +757,9 @@ def _beside(fn: Callable[[], List[Dict]]):
         _stop_streaming.set()
         thread.join()
         raise
+    body_end = time.perf_counter()
     thread.join()
+    out.after_s = time.perf_counter() - body_end
     if failed:
         raise failed[0]
 
