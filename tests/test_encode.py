@@ -61,8 +61,9 @@ def test_unit_ids_equal_sentencepiece_document_by_document(sp):
     assert len(words.index) > 100          # the cache was used, not passed by
 
 
-def test_a_full_cache_starts_again_and_stays_exact(sp, monkeypatch):
-    monkeypatch.setattr(encode, "MAX_TOKENS", 50)
+@pytest.mark.parametrize("bound, size", [("MAX_TOKENS", 50), ("MAX_UNITS", 20)])
+def test_a_full_cache_starts_again_and_stays_exact(sp, monkeypatch, bound, size):
+    monkeypatch.setattr(encode, bound, size)
     resets = []
     reset = WordCache._reset
     monkeypatch.setattr(WordCache, "_reset", lambda self: (resets.append(1), reset(self)))

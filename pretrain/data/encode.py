@@ -25,7 +25,8 @@ _UNIT = re.compile(r" *[^ \n]+|\n| +")
 _PROBE = "Ａﬁ A\u00a0b\t\u3000c  d \r\ne\u0301 Σς ½ "
 _BPE = 2                    # sentencepiece's TrainerSpec.ModelType
 _ESCAPE = "\u2581"          # sentencepiece's space; a document holding it takes the plain path
-MAX_TOKENS = 1 << 24        # ids kept by a WordCache (64 MB) before it starts again
+MAX_UNITS = 1 << 19         # units a WordCache keeps (~60 MB of strings and index) before it starts
+MAX_TOKENS = 1 << 22        # again, or ids (16 MB; a long unit, minified code, can hold many)
 
 
 class WordCache:
@@ -72,7 +73,7 @@ class WordCache:
 
     def encode(self, texts: Sequence[str]) -> tuple:
         """(ids of every document one after another, each document's id count)."""
-        if len(self.tokens) > MAX_TOKENS:
+        if len(self.index) > MAX_UNITS or len(self.tokens) > MAX_TOKENS:
             self._reset()
         per_doc = [_UNIT.findall(" " + t) if t else [] for t in texts]
         units = list(itertools.chain.from_iterable(per_doc))
