@@ -407,3 +407,15 @@ def test_a_corpus_too_small_for_the_vocabulary_is_refused_not_shrunk(corpus, tmp
                                                 r"set model.vocab_size=\d+"):
         prepare(cfg, progress=False)
     assert not any((tmp_path / "c" / "tokenizers").glob("*/tokenizer.model"))
+
+
+def test_shards_too_large_for_the_writers_memory_are_named_with_the_count_to_set(corpus, tmp_path, monkeypatch,
+                                                                                  capsys):
+    monkeypatch.setattr(stages, "SHARD_WARN_BYTES", 10_000)
+    prepare(data_cfg(tmp_path / "c", {"books": corpus["books"]}, num_shards=2), progress=False)
+    err = capsys.readouterr().err
+    assert "warning: data.num_shards=2 makes shards of" in err and "set data.num_shards >= " in err
+    assert int(err.split("set data.num_shards >= ")[1].split()[0]) > 2
+    monkeypatch.setattr(stages, "SHARD_WARN_BYTES", 1 << 40)
+    prepare(data_cfg(tmp_path / "c2", {"books": corpus["books"]}, num_shards=2), progress=False)
+    assert "warning" not in capsys.readouterr().err

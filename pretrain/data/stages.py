@@ -31,6 +31,7 @@ removed once the stage's result is published.
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 from collections import Counter
@@ -50,6 +51,8 @@ BAND_PARTS = 8             # size only, never on the engine or the workers, so a
 PART_BYTES = 1 << 30       # ... and twice as many for each doubling beyond: a partition task's memory
                            # stays bounded as the corpus grows, and a large one has tasks for a cluster
 LOOSE_ROOM = 0.02          # a tokenize task's best-fit row with more free room is repacked by its writer
+SHARD_WARN_BYTES = 2 << 30  # text per output shard beyond which a warning names data.num_shards: MindRecord's
+                            # commit (its index build) holds ~1.3x the shard in memory (+219 MB for 165 MB)
 SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is read as several splits
 MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, so that there are
 READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
@@ -687,7 +690,12 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
                          method, tok["eod_id"], tok["pad_id"], max_room, n)
             for c, (a, b) in enumerate(store.chunks())]
     chunks = [t.out for t in toks]
-    expected = int(store.ends[-1]) * 2 if len(store) else 0      # ~0.3 tokens/byte x 4 B + headroom
+    text_bytes = int(store.ends[-1]) if len(store) else 0
+    expected = text_bytes * 2                                    # ~0.3 tokens/byte x 4 B + headroom
+    if text_bytes / n > SHARD_WARN_BYTES:
+        print(f"warning: data.num_shards={n} makes shards of ~{text_bytes / n / 2**30:.1f} GiB of text each, and "
+              f"writing one holds ~1.3x that in memory (MindRecord's commit): set data.num_shards >= "
+              f"{-(-text_bytes // SHARD_WARN_BYTES)}", file=sys.stderr, flush=True)
     # One writer task per train shard; the (small) val shard rides with the first, so a one-shard
     # dataset is one task: no second process loading MindSpore for it. That one writer (the
     # default) streams: it runs in a thread of this process beside the tokenize stage's workers and
