@@ -11,7 +11,9 @@ near copies (word edits, paragraphs reordered), code; --input times your own fil
 For each corpus, measured in this one run (throughputs in INPUT tokens per second: the tokens of
 every document read, duplicates and dropped documents included, as sentencepiece counts them):
   raw sentencepiece encode   N worker processes, each encoding single-threaded a chunk of the input
-                             documents (no cleaning, no dedup, no output): the physical limit
+                             documents (no cleaning, no dedup, no output), sentencepiece document by
+                             document: the pipeline's tokenize stage encodes each distinct word once
+                             (pretrain.data.encode), so the pipeline can run faster than this
   local / ray, dedup on|off  prepare() from the raw files: read, clean, exact + near dedup (on),
                              held-out split, tokenize, pack, MindRecord shards, manifest (tokenizer
                              given, so no training). engine=ray runs on a Ray instance started here
