@@ -409,8 +409,7 @@ def test_a_corpus_too_small_for_the_vocabulary_is_refused_not_shrunk(corpus, tmp
     assert not any((tmp_path / "c" / "tokenizers").glob("*/tokenizer.model"))
 
 
-def test_shards_too_large_for_the_writers_memory_are_named_with_the_count_to_set(corpus, tmp_path, monkeypatch,
-                                                                                  capsys):
+def test_shards_too_large_for_the_writers_memory_name_the_count_to_set(corpus, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(stages, "SHARD_WARN_BYTES", 10_000)
     prepare(data_cfg(tmp_path / "c", {"books": corpus["books"]}, num_shards=2), progress=False)
     err = capsys.readouterr().err

@@ -12,8 +12,8 @@ from pretrain.data.encode import WordCache, encode_texts
 from pretrain.data.tokenizer import train
 
 ALPHABET = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789.,;:!?()[]{}=+-_'\"#/\\") +
-            [" "] * 14 + ["\n"] * 4 + ["\t", "\r", "\u2581", "\u00a0", "\u3000", "\u00e9", "e\u0301", "\u6f22\u5b57",
-                                       "\U0001F642", "\u03a3", "\u00bd", "\ufb01"])
+            [" "] * 14 + ["\n"] * 4 + ["\t", "\r", "\u2581", "\u00a0", "\u3000", "\u00e9", "e\u0301",
+                                       "\u6f22\u5b57", "\U0001F642", "\u03a3", "\u00bd", "\ufb01"])
 WORDS = ["the", "quick", "brown", "fox", "def", "return", "    ", "self.x", "über", "naïve", "1234", "x=1"]
 
 
@@ -22,7 +22,8 @@ def _texts(n: int, seed: int) -> list:
     out = ["", " ", "  ", "\n", " \n ", "a", " a", "a ", "\n\na", "x\u2581 y", "\u2581", "   \n\n   x  "]
     for _ in range(n):
         if rng.random() < 0.5:      # word-like text: repeated words, so the cache is hit
-            parts = [rng.choice(WORDS) + rng.choice(["", " ", "  ", "\n", ", ", "\n    "]) for _ in range(rng.randrange(40))]
+            parts = [rng.choice(WORDS) + rng.choice(["", " ", "  ", "\n", ", ", "\n    "])
+                     for _ in range(rng.randrange(40))]
         else:                       # anything at all
             parts = [rng.choice(ALPHABET) for _ in range(rng.randrange(120))]
         out.append("".join(parts))
@@ -91,15 +92,17 @@ def test_a_unigram_model_does_not_fit_as_its_ties_depend_on_what_came_before(tmp
 def test_models_that_normalise_or_join_words_do_not_fit(tmp_path):
     import sentencepiece as spm
     text = tmp_path / "t.txt"
-    text.write_text("\n".join(["the cat sat on the mat, the cat sat on the hat"] * 300 + _texts(300, seed=4)[12:]))
+    lines = ["the cat sat on the mat, the cat sat on the hat"] * 300 + _texts(300, seed=4)[12:]
+    text.write_text("\n".join(lines))
 
     def model(name, **kw):
         spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / name), vocab_size=300,
                                        minloglevel=2, **kw)
         return spm.SentencePieceProcessor(model_file=str(tmp_path / f"{name}.model"))
 
-    assert not WordCache.fits(model("nfkc"))                     # sentencepiece's defaults: NFKC, spaces collapsed
+    assert not WordCache.fits(model("nfkc"))        # sentencepiece's defaults: NFKC, spaces collapsed
     joined = model("joined", normalization_rule_name="identity", remove_extra_whitespaces=False,
                    split_by_whitespace=False)
-    assert any(re.search("[^\u2581]\u2581", p) for p in map(joined.id_to_piece, range(joined.get_piece_size())))
+    pieces = map(joined.id_to_piece, range(joined.get_piece_size()))
+    assert any(re.search("[^\u2581]\u2581", p) for p in pieces)
     assert not WordCache.fits(joined)

@@ -5,9 +5,9 @@ segments each word the same way wherever it stands, when the model allows it (Wo
 a BPE model (a unigram model's Viterbi breaks ties between equal segmentations by the rounding
 of the score accumulated before the word, so a word alone can come out otherwise), identity
 normalization, a space-escaped dummy prefix, and no piece that runs from a word's letters into
-the next word's whitespace, or through a newline. Then a document's ids are the ids
-of its units (" *[^ \\n]+", runs of spaces, "\\n"; the document read with a leading space for the
-dummy prefix) one after another, and each distinct unit is encoded once per worker, not once per
+the next word's whitespace, or through a newline. Then a document's ids are the ids of its units
+(" *[^ \\n]+", runs of spaces, "\\n"; the document read with a leading space for the dummy
+prefix) one after another, and each distinct unit is encoded once per worker, not once per
 occurrence. tests/test_encode.py checks the ids equal sentencepiece's own, document by document.
 """
 import itertools
@@ -64,7 +64,8 @@ class WordCache:
         skip = self.skip
         ids = self.sp.encode(["\n" + u for u in units], num_threads=1)
         lens = np.fromiter((len(x) - skip for x in ids), np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(x[skip:] for x in ids), np.int32, count=int(lens.sum()))
+        flat = np.fromiter(itertools.chain.from_iterable(x[skip:] for x in ids), np.int32,
+                           count=int(lens.sum()))
         base = len(self.index)
         self.index.update(zip(units, range(base, base + len(units))))
         self.starts = np.concatenate([self.starts, len(self.tokens) + np.cumsum(lens) - lens])
@@ -87,10 +88,11 @@ class WordCache:
         lens = self.lens[uid]
         ends = np.cumsum(lens)
         # each unit's ids: positions starts[u] .. starts[u] + lens[u] - 1 of the flat array
-        flat = self.tokens[np.repeat(self.starts[uid] - ends + lens, lens) + np.arange(int(ends[-1]) if len(ends) else 0)]
+        total = int(ends[-1]) if len(ends) else 0
+        flat = self.tokens[np.repeat(self.starts[uid] - ends + lens, lens) + np.arange(total)]
         bounds = np.cumsum([0] + [len(u) for u in per_doc])
-        total = np.concatenate([[0], ends])
-        return flat, total[bounds[1:]] - total[bounds[:-1]]
+        upto = np.concatenate([[0], ends])
+        return flat, upto[bounds[1:]] - upto[bounds[:-1]]
 
 
 def model_type(proto: bytes) -> int:

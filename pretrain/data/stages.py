@@ -693,15 +693,17 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
     text_bytes = int(store.ends[-1]) if len(store) else 0
     expected = text_bytes * 2                                    # ~0.3 tokens/byte x 4 B + headroom
     if text_bytes / n > SHARD_WARN_BYTES:
-        print(f"warning: data.num_shards={n} makes shards of ~{text_bytes / n / 2**30:.1f} GiB of text each, and "
-              f"writing one holds ~1.3x that in memory (MindRecord's commit): set data.num_shards >= "
+        print(f"warning: data.num_shards={n} makes shards of ~{text_bytes / n / 2**30:.1f} GiB of text each, "
+              f"and writing one holds ~1.3x that in memory (MindRecord's commit): set data.num_shards >= "
               f"{-(-text_bytes // SHARD_WARN_BYTES)}", file=sys.stderr, flush=True)
     # One writer task per train shard; the (small) val shard rides with the first, so a one-shard
     # dataset is one task: no second process loading MindSpore for it. That one writer (the
     # default) streams: it runs in a thread of this process beside the tokenize stage's workers and
     # reads each chunk once it is published, so loading MindSpore and writing are hidden behind the
     # tokenizing instead of run after it on one core (several writers run after, on the workers).
-    stream = engine.name == "local" and getattr(engine, "workers", 1) > 1 and n == 1
+    # A writer that fails is reported when the tokenize stage ends (whose published chunks a
+    # rerun reuses), not at once: the stage has no way in from another thread but a signal.
+    stream = engine.name == "local" and engine.workers > 1 and n == 1
     val = [ShardPart("val", 0, 1, expected // 50)]
     shards = [ShardTask(str(work / "shards" / f"train-{s:05d}"),
                         [ShardPart("train", s, n, expected // n)] + (val if s == 0 else []),
