@@ -125,14 +125,16 @@ def _status_mb(field: str) -> float:
 def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence,
               fresh_process: bool = False) -> List[Dict]:
     """Run the tasks not yet published under stage_dir; every task's completion record, in order.
-    A progress bar (tasks) shows on a terminal when `progress` (set by the caller) is on."""
+    A progress bar (tasks) shows on a terminal when `progress` (set by the caller) is on, for a
+    stage run by the main thread (a writer streaming beside another stage shows none)."""
     from tqdm import tqdm
     stage_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale(stage_dir)
     todo = [t for t in tasks if not (Path(t.out) / DONE).is_file()]
     t0 = time.perf_counter()
     bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), desc=f"{stage} {stage_dir.parent.name[:24]}",
-               unit="task", leave=False, disable=None if progress.on else True, mininterval=0.5)
+               unit="task", leave=False, mininterval=0.5,
+               disable=None if progress.on and threading.current_thread() is threading.main_thread() else True)
     try:
         for _ in engine.map(fn, todo, fresh_process=fresh_process):
             bar.update(1)
