@@ -433,3 +433,19 @@ def test_a_streamed_writer_waits_for_each_chunk_and_stops_when_the_stage_beside_
     with pytest.raises(OSError, match="disk full"):
         with stages._beside(failing):
             pass
+
+
+def test_the_default_lsh_settings_table_is_what_datasketch_computes():
+    """pretrain.data.lsh_default spares a data build datasketch's import (and scipy's): its numbers
+    are datasketch's own for the schema's default settings, which therefore use it."""
+    from datasketch.lsh import _optimal_param
+
+    from pretrain.config.schema import DedupConfig
+    from pretrain.data import dedup as dedup_module, lsh_default
+    defaults = DedupConfig()
+    assert (defaults.threshold, defaults.num_perm) == lsh_default.SETTINGS
+    assert _optimal_param(*lsh_default.SETTINGS, 0.5, 0.5) == (lsh_default.BANDS, lsh_default.WIDTH)
+    a, b = dedup_module._permutations(lsh_default.SETTINGS[1])
+    assert a.tolist() == lsh_default.A and b.tolist() == lsh_default.B
+    other = {"threshold": 0.7, "num_perm": 64, "near": True, "shingle": 5}
+    assert dedup_module.lsh_params(other)["bands"] * dedup_module.lsh_params(other)["width"] <= 64

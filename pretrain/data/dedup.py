@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from pretrain.config.errors import PretrainDataError
+from pretrain.data import lsh_default
 from pretrain.data.hashing import Words, dedup_view
 
 _SEED = 1
@@ -81,16 +82,23 @@ def _permutations(num_perm: int) -> tuple:
 def lsh_params(dedup: dict) -> dict:
     """What a read task needs for near dedup, computed once by the driver: the LSH shape (bands,
     rows per band: datasketch's choice for MinHashLSH at the threshold) and the permutations."""
+    if _default(dedup):
+        return {"bands": lsh_default.BANDS, "width": lsh_default.WIDTH, "a": list(lsh_default.A),
+                "b": list(lsh_default.B)}
     from datasketch.lsh import _optimal_param
     bands, width = _optimal_param(dedup["threshold"], dedup["num_perm"], 0.5, 0.5)
     a, b = _permutations(dedup["num_perm"])
     return {"bands": int(bands), "width": int(width), "a": a.tolist(), "b": b.tolist()}
 
 
+def _default(dedup: dict) -> bool:
+    return (float(dedup["threshold"]), int(dedup["num_perm"])) == lsh_default.SETTINGS
+
+
 def check_settings(dedup: dict) -> None:
     """Near-dedup settings datasketch's LSH refuses, as one line naming the keys (checked once,
     before any task)."""
-    if not dedup["near"]:
+    if not dedup["near"] or _default(dedup):    # (settings datasketch took: lsh_default)
         return
     from datasketch import MinHashLSH
     try:
