@@ -24,7 +24,7 @@ _UNIT = re.compile(r" *[^ \n]+|\n| +")
 # must be the text with its spaces escaped and one dummy prefix.
 _PROBE = "Ａﬁ A\u00a0b\t\u3000c  d \r\ne\u0301 Σς ½ "
 _BPE = 2                    # sentencepiece's TrainerSpec.ModelType
-_ESCAPE = "\u2581"          # sentencepiece's space; a document holding it takes the plain path
+_ESCAPE = "\u2581"          # sentencepiece's space; a document holding it is one unit
 MAX_UNITS = 1 << 19         # units a WordCache keeps (~60 MB of strings and index) before it starts
 MAX_TOKENS = 1 << 22        # again, or ids (16 MB; a long unit, minified code, can hold many)
 
@@ -61,11 +61,7 @@ class WordCache:
 
     def _add(self, units: List[str]) -> None:
         """Encode units not seen yet (in context: after a newline, whose ids are dropped)."""
-        skip = self.skip
-        ids = self.sp.encode(["\n" + u for u in units], num_threads=1)
-        lens = np.fromiter((len(x) - skip for x in ids), np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(x[skip:] for x in ids), np.int32,
-                           count=int(lens.sum()))
+        flat, lens = _flatten(self.sp.encode(["\n" + u for u in units], num_threads=1), self.skip)
         base = len(self.index)
         self.index.update(zip(units, range(base, base + len(units))))
         self.starts = np.concatenate([self.starts, len(self.tokens) + np.cumsum(lens) - lens])
@@ -76,7 +72,9 @@ class WordCache:
         """(ids of every document one after another, each document's id count)."""
         if len(self.index) > MAX_UNITS or len(self.tokens) > MAX_TOKENS:
             self._reset()
-        per_doc = [_UNIT.findall(" " + t) if t else [] for t in texts]
+        # a document holding the escape character itself is one unit: sentencepiece reads that
+        # character as a space, which can join it to the space beside it ("a\u2581 b": ▁a ▁▁ b)
+        per_doc = [[] if not t else _UNIT.findall(" " + t) if _ESCAPE not in t else [" " + t] for t in texts]
         units = list(itertools.chain.from_iterable(per_doc))
         index = self.index
         uid = np.fromiter(map(index.get, units, itertools.repeat(-1)), np.int64, count=len(units))
@@ -93,6 +91,14 @@ class WordCache:
         bounds = np.cumsum([0] + [len(u) for u in per_doc])
         upto = np.concatenate([[0], ends])
         return flat, upto[bounds[1:]] - upto[bounds[:-1]]
+
+
+def _flatten(ids: List[List[int]], skip: int = 0) -> tuple:
+    """sentencepiece's ids of several texts, each less its first `skip`, as (one int32 array,
+    each text's count)."""
+    lens = np.fromiter((len(x) - skip for x in ids), np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(x[skip:] for x in ids), np.int32, count=int(lens.sum()))
+    return flat, lens
 
 
 def model_type(proto: bytes) -> int:
@@ -140,23 +146,7 @@ def encode_texts(sp, texts: Sequence[str], eod_id: int, words: Optional[WordCach
     the parallelism (sentencepiece's own pool would otherwise run on every core in each of them).
     words: the model's WordCache (fits() true) to encode by units; None: sentencepiece per document."""
     texts = list(texts)
-    plain = [i for i, t in enumerate(texts) if words is None or _ESCAPE in t]
-    if words is None:
-        ids = sp.encode(texts, num_threads=1)
-        lens = np.fromiter((len(x) for x in ids), np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32, count=int(lens.sum()))
-    elif not plain:
-        flat, lens = words.encode(texts)
-    else:       # documents holding the escape character itself: sentencepiece's own ids, in place
-        held = set(plain)
-        fast = [t for i, t in enumerate(texts) if i not in held]
-        flat_fast, lens_fast = words.encode(fast)
-        per_doc = np.split(flat_fast, np.cumsum(lens_fast)[:-1]) if len(fast) else []
-        slow = iter(np.asarray(x, np.int32) for x in sp.encode([texts[i] for i in plain], num_threads=1))
-        fast_iter = iter(per_doc)
-        docs = [next(slow) if i in held else next(fast_iter) for i in range(len(texts))]
-        lens = np.fromiter(map(len, docs), np.int64, count=len(docs))
-        flat = np.concatenate(docs).astype(np.int32) if docs else np.zeros(0, np.int32)
+    flat, lens = words.encode(texts) if words is not None else _flatten(sp.encode(texts, num_threads=1))
     tokens = np.insert(flat, np.cumsum(lens), eod_id).astype(np.int32)
     return Docs(tokens, (lens + 1).astype(np.int32))
 
