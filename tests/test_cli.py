@@ -152,6 +152,25 @@ def test_data_app_has_its_own_help(cli, tmp_path):
     assert not list(tmp_path.glob("*.log")) and not (tmp_path / "outputs").exists()
 
 
+DATA_BAD = [(["data.workerz=2"], "Key 'workerz' not in 'DataConfig'; did you mean data.workers?"),
+            (["model=llama4"], "Could not find 'model/llama4' (available: llama3_70b"),
+            (["data.workers=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+            (["+foo"], "Error parsing override '+foo'"),
+            (["data.sources.general.paths=[/nope/\udcff]"], "is not valid UTF-8 (byte 0xff)")]
+
+
+@pytest.mark.parametrize("hydra_flag", [[], ["hydra.verbose=false"]], ids=["compose-once", "hydra.main"])
+@pytest.mark.parametrize("overrides,expected", DATA_BAD, ids=[o[0][:30] for o, _ in DATA_BAD])
+def test_data_app_bad_overrides_are_one_line_on_both_paths(tmp_path, overrides, expected, hydra_flag):
+    """Plain overrides are composed once by the compose API, anything naming Hydra goes through
+    hydra.main: the same one-line error either way, and nothing written."""
+    proc = subprocess.run([sys.executable, "-m", "pretrain.data", *overrides, *hydra_flag], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, errors="surrogateescape")
+    assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_options_without_their_own_name_get_their_own_run_dirs(cli, tmp_path):
     """A user's model files that extend llama3_70b without `name:` must not share (and overwrite)
     runs/llama3_70b-...: run names come from the options chosen on the command line."""

@@ -20,7 +20,7 @@ import dataclasses
 import os
 import re
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, NoReturn, Optional
 
 import hydra._internal.utils as hydra_utils
 
@@ -112,32 +112,45 @@ def unparsable(causes: List[BaseException]) -> Optional[str]:
             f"shell's quotes)")
 
 
+def fail(exc: Exception) -> NoReturn:
+    """`exc`, raised while composing, as one `error: ...` line on stderr and exit code 2."""
+    os_error = _os_error(exc)
+    if os_error is not None:
+        print(f"error: cannot write {os_error.filename} ({os_error.strerror}): Hydra keeps the run's "
+              f".hydra/ and job log in run_dir; choose a writable run_dir", file=sys.stderr)
+        sys.exit(2)
+    causes = [exc]
+    while causes[-1].__cause__ is not None:   # the OmegaConf error that says which key and why
+        causes.append(causes[-1].__cause__)
+    line = unknown_key(causes) or unparsable(causes) or condense("\n".join(str(c) for c in causes))
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(2)
+
+
+def refuse_not_utf8(args: List[str]) -> None:
+    bad = not_utf8(args)
+    if bad is not None:
+        print(f"error: {bad}", file=sys.stderr)
+        sys.exit(2)
+
+
+def full_error() -> bool:
+    """HYDRA_FULL_ERROR=1: the user asked for Hydra's full report and traceback."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
 def install(job_started: Callable[[], bool]) -> None:
     original = hydra_utils.run_and_report
 
     def run_and_report(func: Callable[[], Any]) -> Any:
-        bad = not_utf8(sys.argv[1:])
-        if bad is not None:
-            print(f"error: {bad}", file=sys.stderr)
-            sys.exit(2)
+        refuse_not_utf8(sys.argv[1:])
         try:
             return func()
         except Exception as exc:
-            if job_started() or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            if job_started() or full_error():
                 def reraise() -> Any:
                     raise exc
                 return original(reraise)
-            os_error = _os_error(exc)
-            if os_error is not None:
-                print(f"error: cannot write {os_error.filename} ({os_error.strerror}): Hydra keeps the run's "
-                      f".hydra/ and job log in run_dir; choose a writable run_dir", file=sys.stderr)
-                sys.exit(2)
-            causes = [exc]
-            while causes[-1].__cause__ is not None:   # the OmegaConf error that says which key and why
-                causes.append(causes[-1].__cause__)
-            line = (unknown_key(causes) or unparsable(causes)
-                    or condense("\n".join(str(c) for c in causes)))
-            print(f"error: {line}", file=sys.stderr)
-            sys.exit(2)
+            fail(exc)
 
     hydra_utils.run_and_report = run_and_report
