@@ -7,7 +7,7 @@ prints a summary table. Bad input is one `error: ...` line on stderr and exit co
 stopped and no temp directory left (pretrain.data.interrupt).
 
 Plain overrides are composed once by Hydra's compose API: `hydra.main` composes the whole tree
-twice (once only to read `hydra.mode`), ~0.3 s of every data build's start-up. Hydra's flags
+twice (once only to read `hydra.mode`), ~0.4 s of every data build's start-up. Hydra's flags
 (--help, --cfg, -m, ...) and hydra.* overrides still go through `hydra.main`.
 """
 import sys
