@@ -447,5 +447,5 @@ def test_the_default_lsh_settings_table_is_what_datasketch_computes():
     assert _optimal_param(*lsh_default.SETTINGS, 0.5, 0.5) == (lsh_default.BANDS, lsh_default.WIDTH)
     a, b = dedup_module._permutations(lsh_default.SETTINGS[1])
     assert a.tolist() == lsh_default.A and b.tolist() == lsh_default.B
-    other = {"threshold": 0.7, "num_perm": 64, "near": True, "shingle": 5}
-    assert dedup_module.lsh_params(other)["bands"] * dedup_module.lsh_params(other)["width"] <= 64
+    other = dedup_module.lsh_params({"threshold": 0.7, "num_perm": 64, "near": True, "shingle": 5})
+    assert other["bands"] * other["width"] <= 64
