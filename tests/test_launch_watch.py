@@ -105,6 +105,30 @@ def test_the_rank_that_failed_first_is_blamed_not_the_peer_that_failed_because_o
         msrun.wait()
 
 
+def test_a_killed_rank_is_blamed_when_its_peer_ended_in_the_same_poll(logs):
+    # both ended before the launcher looked (a loaded host): one wake-up cannot order them, and a
+    # rank that reported a failure then is the one that lost its peer, not the cause
+    msrun, rank0, rank1 = sleeper(), sleeper(), sleeper()
+    try:
+        started(logs, 0, rank0.pid)
+        started(logs, 1, rank1.pid)
+        watch = RankWatch(logs, 2)
+        watch.deaths.watch({0: rank0.pid})   # rank 0's pidfd listed first
+        watch.deaths.watch({1: rank1.pid})
+        rank1.kill()
+        rank1.wait()
+        report(logs, 0, 1, "RuntimeError: peer closed the connection")
+        rank0.kill()
+        rank0.wait()
+        watch.deaths.sleep(5.0)              # both pidfds ready in this one poll
+        assert set(watch.deaths.ended) == {0, 1}
+        failure = watch.wait(msrun)
+        assert failure.rank == 1 and "ended without an exit status" in failure.message
+    finally:
+        msrun.kill()
+        msrun.wait()
+
+
 def test_success_needs_every_rank_to_report_zero(logs):
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()

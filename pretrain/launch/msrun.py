@@ -302,11 +302,13 @@ class DeathOrder:
         if not self._fds:
             time.sleep(seconds)
             return
-        for fd, _ in self._poll.poll(seconds * 1000):
+        ready = self._poll.poll(seconds * 1000)
+        now = time.monotonic()   # those found in one wake-up ended in the same window: no order
+        for fd, _ in ready:
             rank, _ = self._fds.pop(fd)
             self._poll.unregister(fd)
             os.close(fd)
-            self.ended.setdefault(rank, time.monotonic())
+            self.ended.setdefault(rank, now)
 
     def first(self, ranks: Iterable[int]) -> Optional[int]:
         """The rank among `ranks` whose process ended first (one still running: it ends now)."""
@@ -317,7 +319,8 @@ class DeathOrder:
         return self.ended.get(rank, time.monotonic()), rank
 
     def before(self, a: int, b: int) -> bool:
-        return self._key(a) < self._key(b)
+        """`a` ended strictly earlier than `b` (a tie is no order)."""
+        return self._key(a)[0] < self._key(b)[0]
 
     def close(self) -> None:
         for fd in self._fds:
@@ -380,6 +383,7 @@ class RankWatch:
             for r in gone:   # found dead before its pidfd said so (or without one): now
                 self.deaths.ended.setdefault(r, time.monotonic())
             vanished = self.deaths.first(gone)
+            # ended in the same window: the one killed without a word is the cause, not its peer
             if failed is not None and (vanished is None or self.deaths.before(failed, vanished)):
                 e = exits[failed]
                 return Failure(failed, int(e["exit"]), self.message(
