@@ -221,6 +221,37 @@ def test_output_does_not_depend_on_the_number_of_workers(corpus, tmp_path, monke
         assert one.manifest[split]["truncated_documents"] > 0 or split == "val"
 
 
+_WRITE_THEN_READ = """
+import json, sys
+from pathlib import Path
+import numpy as np
+from pretrain.data.pack import Rows
+from pretrain.data.shards import ShardWriter, read_shard, shard_name
+out = Path(sys.argv[1])
+writer = ShardWriter(out, "train", 2, 5)
+writer.write(Rows(np.arange(20, dtype=np.int32).reshape(4, 5), np.array([2, 3, 5, 1, 4, 5, 5], np.int32),
+                  np.array([2, 1, 2, 2], np.int32)))
+entries = writer.close()
+loaded = "mindspore" in sys.modules
+rows = [read_shard(out / shard_name("train", s, 2)) for s in range(2)]
+print(json.dumps({"mindspore_while_writing": loaded, "rows": [e["rows"] for e in entries],
+                  "ids": [r[0].tolist() for r in rows], "segs": [r[1].tolist() for r in rows]}))
+"""
+
+
+def test_writing_shards_never_imports_mindspore(tmp_path):
+    """The writer loads MindSpore's C++ MindRecord extension alone (pretrain.data.mindrecord_file),
+    not mindspore (1.4-1.8 CPU-s a data build would pay); MindDataset reads the rows back, round-robin
+    over the shards, each with its own pieces."""
+    proc = subprocess.run([sys.executable, "-c", _WRITE_THEN_READ, str(tmp_path)], capture_output=True,
+                          text=True, check=True)
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["mindspore_while_writing"] is False
+    assert got["rows"] == [2, 2]
+    assert got["ids"] == [[list(range(0, 5)), list(range(10, 15))], [list(range(5, 10)), list(range(15, 20))]]
+    assert got["segs"] == [[2, 3, 1, 4], [5, 5, 5]]
+
+
 @pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_shards_are_byte_identical_to_mindrecords_own_writer(corpus, tmp_path, monkeypatch):
     from pretrain.data.shards import ShardWriter

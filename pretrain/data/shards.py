@@ -9,19 +9,23 @@ every shard is committed and the manifest written (pretrain.data.fsutil.publish_
 SplitSink is one writer task's side of a split: the tokenize tasks' packed rows written as they come,
 their loose documents packed again (best fit) or chunked (concat), and the split's counts.
 
-mindspore is imported lazily: planning and config paths never pay for it.
+Writing never imports mindspore (pretrain.data.mindrecord_file loads its C++ writer alone);
+reading a shard back (read_shard) does, lazily.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from pretrain.data.hashing import file_sha256
+from pretrain.data.mindrecord_file import CoreFile
 from pretrain.data.pack import ConcatPacker, Docs, Rows, pack_best_fit
 
 SCHEMA = {"input_ids": {"type": "int32", "shape": [-1]}, "seg_lens": {"type": "int32", "shape": [-1]}}
 COLUMNS = list(SCHEMA)
+DESCRIPTION = "packed token rows: input_ids[seq_length+1], seg_lens[documents in row]"
+HEADER_BYTES = 1 << 20
 _BUFFER_BYTES = 64 << 20     # rows buffered across all shards before writing: bounded whatever num_shards
 POOL_ROWS = 512              # a SplitSink's loose documents, in rows, before they are packed and written
 
@@ -39,49 +43,38 @@ def _page_size(expected_bytes: int) -> int:
     return size
 
 
-def _blob_writer(file_writer) -> Optional[Callable[[List[Tuple[np.ndarray, np.ndarray]]], None]]:
-    """The C++ writer beneath a FileWriter, fed pre-merged rows; None if this mindspore differs.
+class _PublicFile:
+    """The same file through mindspore.mindrecord.FileWriter, row dicts and all."""
 
-    FileWriter.write_raw_data spends ~40 us of Python per row re-reading the schema from C++
-    (five get_schema_content calls) to validate and merge it: at seq_length 256 that is as
-    much CPU as tokenizing the row. Our rows are valid by construction (int32 arrays of the
-    schema's two fields), so after FileWriter has opened the file and validated the first
-    batch, later batches go straight to the same C++ call with the blobs merged as FileWriter
-    merges them ([8-byte big-endian length][bytes] per blob field, in schema order). The files
-    are byte-identical to FileWriter's own (tests/test_data_pipeline.py checks it); checked
-    against mindspore 2.9.0, and any other layout falls back to the public call."""
-    import mindspore._c_mindrecord as c_mindrecord
-    shard = getattr(file_writer, "_writer", None)
-    core, header = getattr(shard, "_writer", None), getattr(shard, "_header", None)
-    if not (hasattr(core, "write_raw_data") and header is not None and list(header.blob_fields) == COLUMNS):
-        return None
+    def __init__(self, path: Path, schema: Dict[str, Dict], desc: str, header_size: int,
+                 page_size: int) -> None:
+        from mindspore.mindrecord import FileWriter
+        self._w = FileWriter(str(path), shard_num=1, overwrite=True)
+        self._w.set_header_size(header_size)
+        self._w.set_page_size(page_size)
+        self._w.add_schema(schema, desc)
+        self._fields = list(schema)
 
-    def write(rows: List[Tuple[np.ndarray, np.ndarray]]) -> None:
-        blobs = [b"".join(len(b).to_bytes(8, "big") + b for b in (ids.tobytes(), segs.tobytes()))
-                 for ids, segs in rows]
-        if core.write_raw_data({}, blobs, False, False) != c_mindrecord.MSRStatus.SUCCESS:
-            raise RuntimeError(f"MindRecord write failed for {file_writer._paths}")
-    return write
+    def write(self, rows: List[Tuple[np.ndarray, ...]]) -> None:
+        self._w.write_raw_data([dict(zip(self._fields, r)) for r in rows])
+
+    def commit(self) -> None:
+        self._w.commit()
 
 
 class ShardWriter:
-    fast = True      # use _blob_writer when this mindspore allows it (tests turn it off to compare)
+    fast = True      # MindSpore's C++ writer without importing mindspore (mindrecord_file); False:
+                     # FileWriter, the public API, for every row (tests compare the two byte for byte)
 
     def __init__(self, directory: Path, split: str, num_shards: int, capacity: int,
                  expected_bytes: int = 0, index: Optional[int] = None) -> None:
         """index: write only that one of the num_shards shards (one writer task per shard)."""
-        from mindspore.mindrecord import FileWriter
         self.paths = [Path(directory) / shard_name(split, i, num_shards)
                       for i in (range(num_shards) if index is None else [index])]
-        self._writers = []
-        for p in self.paths:
-            w = FileWriter(str(p), shard_num=1, overwrite=True)
-            w.set_header_size(1 << 20)
-            w.set_page_size(_page_size(expected_bytes // len(self.paths)))
-            w.add_schema(SCHEMA, "packed token rows: input_ids[seq_length+1], seg_lens[documents in row]")
-            self._writers.append(w)
+        page = _page_size(expected_bytes // len(self.paths))
+        self._writers = [(CoreFile if self.fast else _PublicFile)(p, SCHEMA, DESCRIPTION, HEADER_BYTES, page)
+                         for p in self.paths]
         count = len(self.paths)
-        self._direct: List[Optional[Callable]] = [None] * count
         self._batch_rows = max(1, min(1024, _BUFFER_BYTES // (count * capacity * 4)))
         self._buffers: List[list] = [[] for _ in self.paths]
         self.rows = [0] * count
@@ -105,14 +98,7 @@ class ShardWriter:
 
     def _flush(self, s: int) -> None:
         rows, self._buffers[s] = self._buffers[s], []
-        if self._direct[s] is None:
-            # The public call for the first batch: it opens the file and validates our rows.
-            self._writers[s].write_raw_data([dict(zip(COLUMNS, r)) for r in rows[:1]])
-            self._direct[s] = (_blob_writer(self._writers[s]) if self.fast else None) or \
-                (lambda rs, w=self._writers[s]: w.write_raw_data([dict(zip(COLUMNS, r)) for r in rs]))
-            rows = rows[1:]
-        if rows:
-            self._direct[s](rows)
+        self._writers[s].write(rows)
 
     def close(self) -> List[Dict]:
         """Commit every shard; their manifest entries (name, rows, tokens, checksums)."""

@@ -699,10 +699,10 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
               f"and writing one holds ~1.3x that in memory (MindRecord's commit): set data.num_shards >= "
               f"{-(-text_bytes // SHARD_WARN_BYTES)}", file=sys.stderr, flush=True)
     # One writer task per train shard; the (small) val shard rides with the first, so a one-shard
-    # dataset is one task: no second process loading MindSpore for it. That one writer (the
-    # default) streams: it runs in a thread of this process beside the tokenize stage's workers and
-    # reads each chunk once it is published, so loading MindSpore and writing are hidden behind the
-    # tokenizing instead of run after it on one core (several writers run after, on the workers).
+    # dataset is one task, with no process of its own. That one writer (the default) streams: it
+    # runs in a thread of this process beside the tokenize stage's workers and reads each chunk
+    # once it is published, so the writing is hidden behind the tokenizing instead of run after it
+    # on one core (several writers run after, on the workers).
     # A writer that fails is reported when the tokenize stage ends (whose published chunks a
     # rerun reuses), not at once: the stage has no way in from another thread but a signal.
     stream = engine.name == "local" and engine.workers > 1 and n == 1
