@@ -210,10 +210,9 @@ def test_a_two_node_ray_cluster_on_this_machine_gives_the_local_bytes(corpus, lo
         nodes.append(_ray_node([f"--address=127.0.0.1:{port}", "--node-ip-address=127.0.0.1"], env, log))
         _wait_for_cpus(port, 2, env)
         cfg = _cfg(tmp_path / "cache", corpus, "ray", **{"ray.address": f"127.0.0.1:{port}"})
-        def stop_second_node():      # once the tokenize stage has begun
-            while not (tmp_path / "cache" / "work").exists() or not any(
-                    (tmp_path / "cache" / "work").glob("dataset-*/tokenize/*/done.json")):
-                time.sleep(0.2)
+        def stop_second_node():      # as the tokenize stage begins: its tasks in flight on both nodes
+            while not any((tmp_path / "cache" / "work").glob("dataset-*/tokenize")):
+                time.sleep(0.05)
             os.killpg(nodes[1].pid, signal.SIGKILL)
         stopper = threading.Thread(target=stop_second_node, daemon=True)
         stopper.start()

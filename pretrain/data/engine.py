@@ -8,13 +8,11 @@ records travel back to the driver.
 
 Ray is imported only here, and only when engine=ray runs: compose/validate/plan never load it.
 MindSpore cannot be imported into a process that imported Ray first (Ray loads protobuf, and
-MindSpore's own protobuf modules then fail to load), so on Ray a task marked `fresh_process`
-(the MindRecord writers) runs in a fresh Python subprocess of its Ray worker, and the driver
-loads MindSpore before Ray (it may go on to train in the same process).
+MindSpore's own protobuf modules then fail to load), so the driver loads MindSpore before Ray (it
+may go on to train in the same process). The tasks never import mindspore: the MindRecord writers
+load MindSpore's C++ writer alone (pretrain.data.mindrecord_file), which loads beside Ray.
 """
 import os
-import pickle
-import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
@@ -35,12 +33,10 @@ class LocalEngine:
         self.workers = workers
         self._pool = None       # one set of worker processes for every stage of this prepare()
 
-    def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
-        """Results in task order; a single task runs in this process (no worker start-up for it),
-        unless it needs MindSpore (fresh_process) and this process loaded Ray without it."""
-        from pretrain.data.pool import make_pool, ordered_map  # spawned workers: they never hold Ray
-        ray_first = fresh_process and "ray" in sys.modules and "mindspore" not in sys.modules
-        if self.workers <= 1 or (len(tasks) <= 1 and not ray_first):
+    def map(self, fn: Callable, tasks: Sequence) -> Iterator:
+        """Results in task order; a single task runs in this process (no worker start-up for it)."""
+        from pretrain.data.pool import make_pool, ordered_map
+        if self.workers <= 1 or len(tasks) <= 1:
             yield from map(fn, tasks)
             return
         if self._pool is None:
@@ -58,27 +54,12 @@ class LocalEngine:
             self._pool = None
 
 
-def run_pickled(blob: bytes):
-    """Run a pickled (fn, task) in this process; the result pickled (the fresh-process path)."""
-    fn, task = pickle.loads(blob)
-    return pickle.dumps(fn(task))
-
-
-def _in_subprocess(fn: Callable, task):
-    proc = subprocess.run([sys.executable, "-m", "pretrain.data.engine"], input=pickle.dumps((fn, task)),
-                          capture_output=True)
-    if proc.returncode:
-        raise RuntimeError(f"{fn.__name__} failed in its subprocess (exit {proc.returncode}): "
-                           f"{proc.stderr.decode(errors='replace')[-2000:]}")
-    return pickle.loads(proc.stdout)
-
-
 class RayEngine:
     name = "ray"
 
     def __init__(self, address: Optional[str], workers: int, temp_dir: Optional[Path] = None) -> None:
         if "ray" not in sys.modules:
-            # This process may train or write shards later: MindSpore must be loaded before Ray is.
+            # This process may train later: MindSpore must be loaded before Ray is.
             import mindspore.mindrecord  # noqa: F401
         try:
             import ray
@@ -109,17 +90,16 @@ class RayEngine:
         self._pending: List = []
 
     @staticmethod
-    def _run(fn: Callable, task, fresh_process: bool):
-        return _in_subprocess(fn, task) if fresh_process else fn(task)
+    def _run(fn: Callable, task):
+        return fn(task)
 
-    def map(self, fn: Callable, tasks: Sequence, fresh_process: bool = False) -> Iterator:
+    def map(self, fn: Callable, tasks: Sequence) -> Iterator:
         """Results in task order; at most 2 x the cluster's CPUs in flight. A task whose worker or
         node dies is retried by Ray (max_retries); a task that raises fails the stage. A stage of
         one task (components; the writer of a one-shard dataset) runs here, as on the local
-        engine: no scheduling round trip, and this process has MindSpore loaded already (a Ray
-        worker would start a fresh Python for the writer and load it there)."""
+        engine: no scheduling round trip."""
         ray = self.ray
-        if len(tasks) == 1 and (not fresh_process or "mindspore" in sys.modules):
+        if len(tasks) == 1:
             yield fn(tasks[0])
             return
         width = max(2, 2 * int(ray.cluster_resources().get("CPU", self.workers)))
@@ -127,7 +107,7 @@ class RayEngine:
         todo = iter(tasks)
         try:
             for task in todo:
-                self._pending.append(call.remote(fn, task, fresh_process))
+                self._pending.append(call.remote(fn, task))
                 if len(self._pending) >= width:
                     break
             while self._pending:
@@ -139,7 +119,7 @@ class RayEngine:
                     raise (cause if isinstance(cause, (PretrainDataError, OSError)) else
                            RuntimeError(f"a Ray task of {fn.__name__} failed: {exc}")) from None
                 for task in todo:
-                    self._pending.append(call.remote(fn, task, fresh_process))
+                    self._pending.append(call.remote(fn, task))
                     break
                 yield result
         finally:
@@ -159,7 +139,3 @@ def make_engine(cfg, scratch: Optional[Path] = None):
         address = cfg.get("ray", {}).get("address") if cfg.get("ray") is not None else None
         return RayEngine(address or None, int(cfg.workers), scratch)
     return LocalEngine(int(cfg.workers))
-
-
-if __name__ == "__main__":      # the fresh-process path of a RayEngine task
-    sys.stdout.buffer.write(run_pickled(sys.stdin.buffer.read()))

@@ -122,8 +122,7 @@ def _status_mb(field: str) -> float:
     return 0.0
 
 
-def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence,
-              fresh_process: bool = False) -> List[Dict]:
+def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence) -> List[Dict]:
     """Run the tasks not yet published under stage_dir; every task's completion record, in order.
     A progress bar (tasks) shows on a terminal when `progress` (set by the caller) is on, for a
     stage run by the main thread (a writer streaming beside another stage shows none)."""
@@ -136,7 +135,7 @@ def run_stage(engine, stage: str, stage_dir: Path, fn: Callable, tasks: Sequence
                unit="task", leave=False, mininterval=0.5,
                disable=None if progress.on and threading.current_thread() is threading.main_thread() else True)
     try:
-        for _ in engine.map(fn, todo, fresh_process=fresh_process):
+        for _ in engine.map(fn, todo):
             bar.update(1)
         bar.close()
     except BaseException:
@@ -713,7 +712,7 @@ def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, wo
               for s in range(n)]
 
     def write() -> List[Dict]:
-        return run_stage(engine, "shards", work / "shards", write_shard, shards, fresh_process=True)
+        return run_stage(engine, "shards", work / "shards", write_shard, shards)
 
     if stream:
         before = _cost("shards")["wall_s"]
