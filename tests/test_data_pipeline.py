@@ -252,6 +252,16 @@ def test_writing_shards_never_imports_mindspore(tmp_path):
     assert got["segs"] == [[2, 3, 1, 4], [5, 5, 5]]
 
 
+def test_a_row_not_of_the_schemas_dtypes_is_refused_not_written(tmp_path):
+    from pretrain.data.mindrecord_file import CoreFile
+    from pretrain.data.shards import SCHEMA
+    f = CoreFile(tmp_path / "a.mindrecord", SCHEMA, "rows", 1 << 20, 1 << 20)
+    with pytest.raises(TypeError, match=r"a row of \['int32', 'int64'\], the schema's fields are"):
+        f.write([(np.arange(5, dtype=np.int32), np.array([5], np.int64))])
+    with pytest.raises(TypeError):
+        f.write([(np.arange(5, dtype=np.int32),)])
+
+
 @pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
 def test_shards_are_byte_identical_to_mindrecords_own_writer(corpus, tmp_path, monkeypatch):
     from pretrain.data.shards import ShardWriter

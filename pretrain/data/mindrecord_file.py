@@ -7,7 +7,7 @@ runtime, ops, parallel) that writing a file never uses, paid by every process th
 shard_num=1, overwrite=True) makes on it, in the same order: the same header and page sizes, the
 schema, each row's blob fields merged as FileWriter merges them ([8-byte big-endian length]
 [bytes] per field, in schema order), commit, then the .db index. The files are byte-identical to
-FileWriter's (tests/test_data_pipeline.py checks it on every build of the test corpus).
+FileWriter's (tests/test_data_pipeline.py builds a dataset both ways and compares them).
 
 The extension is registered under its own name, so a later `import mindspore` in the same process
 (a run that prepares its data, then trains) finds it loaded and uses it as it is.
@@ -59,7 +59,8 @@ class CoreFile:
         if len(schema) < 2:
             raise ValueError(f"CoreFile writes two or more fields, not {list(schema)}")
         c = core()
-        self.path, self._c, self._fields = Path(path), c, list(schema)
+        self.path, self._c = Path(path), c
+        self._dtypes = [np.dtype(f["type"]) for f in schema.values()]
         header = c.ShardHeader()
         _check(header.add_schema(c.Schema.build(desc, schema)) != -1, "add_schema", self.path)
         self._writer = c.ShardWriter()
@@ -70,7 +71,12 @@ class CoreFile:
         _check(self._writer.set_shard_header(header) == ok, "set_shard_header", self.path)
 
     def write(self, rows: Sequence[Sequence[np.ndarray]]) -> None:
-        """Rows of arrays, one per field in schema order (already of the schema's dtypes)."""
+        """Rows of arrays, one per field in schema order, of the schema's dtypes: anything else
+        is refused (FileWriter would drop such a row with a warning; the bytes would lie)."""
+        for row in rows:
+            if len(row) != len(self._dtypes) or any(a.dtype != d for a, d in zip(row, self._dtypes)):
+                raise TypeError(f"{self.path}: a row of {[str(a.dtype) for a in row]}, the schema's fields "
+                                f"are {[str(d) for d in self._dtypes]}")
         blobs: List[bytes] = [b"".join(len(b).to_bytes(8, "big") + b for b in map(np.ndarray.tobytes, row))
                               for row in rows]
         ok = self._writer.write_raw_data({}, blobs, False, False) == self._c.MSRStatus.SUCCESS
