@@ -5,6 +5,8 @@ import json
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -113,6 +115,47 @@ def test_the_rank_that_failed_first_is_blamed_not_the_peer_that_failed_because_o
         msrun.wait()
 
 
+def test_a_node_killed_head_first_is_blamed_on_its_rank_not_the_lowest_silent_one(logs):
+    # node 1's tree killed process by process: its head (node_1.sh) ends first, its rank a moment
+    # later, and no rank has reported. The head's exit counts only NODE_SETTLE_S later, by when
+    # rank 1 is found dead: rank 1 is blamed, not rank 0 (the lowest rank without a status).
+    from pretrain.launch.controller import NodeHeads
+    head0, head1, rank0, rank1 = sleeper(), sleeper(), sleeper(), sleeper()
+    try:
+        started(logs, 0, rank0.pid)
+        started(logs, 1, rank1.pid)
+        heads = NodeHeads([head0, head1], logs)
+        head1.kill()
+        head1.wait()
+        threading.Timer(0.2, rank1.kill).start()
+        failure = RankWatch(logs, 2).wait(heads, heads.failed)
+        assert failure.rank == 1 and "ended without an exit status" in failure.message
+    finally:
+        for p in (head0, head1, rank0, rank1):
+            p.kill()
+            p.wait()
+
+
+def test_a_node_whose_head_failed_while_its_ranks_live_is_reported_once_settled(logs):
+    from pretrain.launch.controller import NODE_SETTLE_S, NodeHeads
+    head0, head1, rank0, rank1 = sleeper(), sleeper(), sleeper(), sleeper()
+    try:
+        started(logs, 0, rank0.pid)
+        started(logs, 1, rank1.pid)
+        heads = NodeHeads([head0, head1], logs)
+        head1.kill()
+        head1.wait()
+        t0 = time.monotonic()
+        failure = RankWatch(logs, 2).wait(heads, heads.failed)
+        assert time.monotonic() - t0 >= NODE_SETTLE_S
+        assert (failure.rank, failure.exit, failure.cause) == (-1, -9, "node")
+        assert failure.message.startswith("node 1 of 2: its msrun exited with code -9")
+    finally:
+        for p in (head0, head1, rank0, rank1):
+            p.kill()
+            p.wait()
+
+
 def test_success_needs_every_rank_to_report_zero(logs):
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()
@@ -126,7 +169,6 @@ def test_success_needs_every_rank_to_report_zero(logs):
 
 def test_a_zombie_counts_as_dead():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    import time
     deadline = time.time() + 10
     while _alive(child.pid) and time.time() < deadline:
         time.sleep(0.05)

@@ -61,6 +61,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class NodeHeads:
+    """Each node's head process of one generation (its node_<r>.sh), as the watcher sees them. A
+    tree killed process by process ends its head first, before the rank it ran: a head that ended
+    with an error counts only NODE_SETTLE_S later, so the ranks' own word (an exit status, a pid
+    found dead) names the rank that failed, not the lowest rank that had not reported yet."""
+
+    def __init__(self, procs: List[subprocess.Popen], logs: Path) -> None:
+        self.procs, self.logs = procs, logs
+        self._ended_at: Dict[int, float] = {}   # node -> when its head was first seen ended badly
+
+    def _settled(self, r: int, code: Optional[int]) -> bool:
+        if code in (None, 0):
+            return False
+        return time.monotonic() - self._ended_at.setdefault(r, time.monotonic()) >= NODE_SETTLE_S
+
+    def failed(self) -> Optional[Failure]:
+        """A node whose head ended with an error and whose ranks did not say why within NODE_SETTLE_S."""
+        for r, p in enumerate(self.procs):
+            if self._settled(r, p.poll()):
+                log = self.logs / f"node_{r}.log"
+                return Failure(-1, p.returncode, f"node {r} of {len(self.procs)}: its msrun exited with code "
+                                                 f"{p.returncode} (see {log})", cause="node")
+        return None
+
+    def poll(self) -> Optional[int]:
+        """0 once every head exited 0; a settled head's error code; else None (still running)."""
+        codes = [p.poll() for p in self.procs]
+        bad = [c for r, c in enumerate(codes) if self._settled(r, c)]
+        return bad[0] if bad else (0 if all(c == 0 for c in codes) else None)
+
+
 class LocalNodes:
     """Every node's RUN_DIR/launch/node_<r>.sh on this host, each in its own network namespace."""
 
@@ -72,8 +103,8 @@ class LocalNodes:
         self.slots = list(range(self.n))   # node r of the job runs in namespace slots[r]
         self.master_addr = self.ns.address(0)
         self.procs: List[subprocess.Popen] = []
+        self.heads = NodeHeads([], run_dir / "logs")
         self.tags: List[str] = []
-        self._ended_at: Dict[int, float] = {}   # node -> when its tree's head was first seen ended
 
     def __enter__(self) -> "LocalNodes":
         self.ns.create()
@@ -85,7 +116,8 @@ class LocalNodes:
 
     def start(self, env: Dict[str, str], lock: Optional[int]) -> None:
         job = new_tag()
-        self.procs, self.tags, self._ended_at = [], [], {}
+        self.procs, self.tags = [], []
+        self.heads = NodeHeads(self.procs, self.run_dir / "logs")
         # msrun starts `python` from PATH: make it this interpreter (on a cluster: the job's PATH).
         env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")}
         # the ranks stop when this controller dies (on this host only: a pid means nothing on another;
@@ -112,25 +144,14 @@ class LocalNodes:
         self.master_addr = self.ns.address(self.slots[0])
 
     def failed_node(self) -> Optional[Failure]:
-        """A node whose tree ended with an error and whose ranks did not say why within NODE_SETTLE_S
-        (a tree killed process by process ends its head first: the rank it ran is told apart then)."""
-        for r, p in enumerate(self.procs):
-            if p.poll() not in (None, 0):
-                if time.monotonic() - self._ended_at.setdefault(r, time.monotonic()) < NODE_SETTLE_S:
-                    continue
-                log = self.run_dir / "logs" / f"node_{r}.log"
-                return Failure(-1, p.returncode, f"node {r} of {self.n}: its msrun exited with code "
-                                                 f"{p.returncode} (see {log})", cause="node")
-        return None
+        return self.heads.failed()
 
     @property
     def returncode(self) -> Optional[int]:
         return self.poll()
 
     def poll(self) -> Optional[int]:
-        codes = [p.poll() for p in self.procs]
-        bad = [c for c in codes if c not in (None, 0)]
-        return bad[0] if bad else (0 if all(c == 0 for c in codes) else None)
+        return self.heads.poll()
 
     def stop(self) -> None:
         """SIGKILL every process of every node's tree: the node's process group (bash, msrun, its
