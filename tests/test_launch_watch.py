@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -115,45 +116,42 @@ def test_the_rank_that_failed_first_is_blamed_not_the_peer_that_failed_because_o
         msrun.wait()
 
 
-def test_a_node_killed_head_first_is_blamed_on_its_rank_not_the_lowest_silent_one(logs):
-    # node 1's tree killed process by process: its head (node_1.sh) ends first, its rank a moment
-    # later, and no rank has reported. The head's exit counts only NODE_SETTLE_S later, by when
-    # rank 1 is found dead: rank 1 is blamed, not rank 0 (the lowest rank without a status).
+@contextmanager
+def node_1_head_killed(logs):
+    """Two nodes' heads (their node_<r>.sh) and ranks as real processes; node 1's head killed, its
+    rank still running."""
     from pretrain.launch.controller import NodeHeads
-    head0, head1, rank0, rank1 = sleeper(), sleeper(), sleeper(), sleeper()
+    procs = head0, head1, rank0, rank1 = [sleeper() for _ in range(4)]
     try:
         started(logs, 0, rank0.pid)
         started(logs, 1, rank1.pid)
-        heads = NodeHeads([head0, head1], logs)
         head1.kill()
         head1.wait()
-        threading.Timer(0.2, rank1.kill).start()
-        failure = RankWatch(logs, 2).wait(heads, heads.failed)
-        assert failure.rank == 1 and "ended without an exit status" in failure.message
+        yield NodeHeads([head0, head1], logs), rank1
     finally:
-        for p in (head0, head1, rank0, rank1):
+        for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_node_killed_head_first_is_blamed_on_its_rank_not_the_lowest_silent_one(logs):
+    # node 1's tree killed process by process: its head ends first, its rank a moment later, and no
+    # rank has reported. The head's exit counts only NODE_SETTLE_S later, by when rank 1 is found
+    # dead: rank 1 is blamed, not rank 0 (the lowest rank without a status).
+    with node_1_head_killed(logs) as (heads, rank1):
+        threading.Timer(0.2, rank1.kill).start()
+        failure = RankWatch(logs, 2).wait(heads, heads.failed)
+    assert failure.rank == 1 and "ended without an exit status" in failure.message
 
 
 def test_a_node_whose_head_failed_while_its_ranks_live_is_reported_once_settled(logs):
-    from pretrain.launch.controller import NODE_SETTLE_S, NodeHeads
-    head0, head1, rank0, rank1 = sleeper(), sleeper(), sleeper(), sleeper()
-    try:
-        started(logs, 0, rank0.pid)
-        started(logs, 1, rank1.pid)
-        heads = NodeHeads([head0, head1], logs)
-        head1.kill()
-        head1.wait()
+    from pretrain.launch.controller import NODE_SETTLE_S
+    with node_1_head_killed(logs) as (heads, _):
         t0 = time.monotonic()
         failure = RankWatch(logs, 2).wait(heads, heads.failed)
         assert time.monotonic() - t0 >= NODE_SETTLE_S
-        assert (failure.rank, failure.exit, failure.cause) == (-1, -9, "node")
-        assert failure.message.startswith("node 1 of 2: its msrun exited with code -9")
-    finally:
-        for p in (head0, head1, rank0, rank1):
-            p.kill()
-            p.wait()
+    assert (failure.rank, failure.exit, failure.cause) == (-1, -9, "node")
+    assert failure.message.startswith("node 1 of 2: its msrun exited with code -9")
 
 
 def test_success_needs_every_rank_to_report_zero(logs):
