@@ -102,8 +102,7 @@ class LocalNodes:
         self.ns = Namespaces(run_dir, self.n)
         self.slots = list(range(self.n))   # node r of the job runs in namespace slots[r]
         self.master_addr = self.ns.address(0)
-        self.procs: List[subprocess.Popen] = []
-        self.heads = NodeHeads([], run_dir / "logs")
+        self.heads = NodeHeads([], run_dir / "logs")   # this generation's node processes
         self.tags: List[str] = []
 
     def __enter__(self) -> "LocalNodes":
@@ -116,8 +115,7 @@ class LocalNodes:
 
     def start(self, env: Dict[str, str], lock: Optional[int]) -> None:
         job = new_tag()
-        self.procs, self.tags = [], []
-        self.heads = NodeHeads(self.procs, self.run_dir / "logs")
+        self.heads, self.tags = NodeHeads([], self.run_dir / "logs"), []
         # msrun starts `python` from PATH: make it this interpreter (on a cluster: the job's PATH).
         env = {**env, "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")}
         # the ranks stop when this controller dies (on this host only: a pid means nothing on another;
@@ -131,7 +129,7 @@ class LocalNodes:
                 cmd = [sys.executable, "-m", "pretrain.worker", str(self.run_dir)]
                 node_env = {k: v for k, v in node_env.items() if k not in ("RANK_ID", "RANK_SIZE", "MS_ROLE")}
             with open(self.run_dir / "logs" / f"node_{r}.log", "ab") as log:
-                self.procs.append(subprocess.Popen(
+                self.heads.procs.append(subprocess.Popen(
                     [*self.ns.prefix(self.slots[r]), *cmd], env=node_env, start_new_session=True, stdout=log,
                     stderr=subprocess.STDOUT, pass_fds=() if lock is None else (lock,)))
             self.tags.append(tag)
@@ -157,10 +155,10 @@ class LocalNodes:
         """SIGKILL every process of every node's tree: the node's process group (bash, msrun, its
         scheduler and `tail -f`), then whatever carries its tag (workers in sessions of their own,
         and anything orphaned), until none is left."""
-        for p in self.procs:
+        for p in self.heads.procs:
             sigkill(p.pid)
         kill_tagged(self.tags, STOP_WAIT_S)
-        for p in self.procs:
+        for p in self.heads.procs:
             p.wait()
 
 
