@@ -19,7 +19,7 @@ import stat
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
@@ -64,11 +64,13 @@ class CoreFile:
         header = c.ShardHeader()
         _check(header.add_schema(c.Schema.build(desc, schema)) != -1, "add_schema", self.path)
         self._writer = c.ShardWriter()
-        ok = c.MSRStatus.SUCCESS
-        _check(self._writer.set_header_size(header_size) == ok, "set_header_size", self.path)
-        _check(self._writer.set_page_size(page_size) == ok, "set_page_size", self.path)
-        _check(self._writer.open([str(self.path)], False, True) == ok, "open", self.path)
-        _check(self._writer.set_shard_header(header) == ok, "set_shard_header", self.path)
+        self._done(self._writer.set_header_size(header_size), "set_header_size")
+        self._done(self._writer.set_page_size(page_size), "set_page_size")
+        self._done(self._writer.open([str(self.path)], False, True), "open")
+        self._done(self._writer.set_shard_header(header), "set_shard_header")
+
+    def _done(self, status: Any, what: str) -> None:
+        _check(status == self._c.MSRStatus.SUCCESS, what, self.path)
 
     def write(self, rows: Sequence[Sequence[np.ndarray]]) -> None:
         """Rows of arrays, one per field in schema order, of the schema's dtypes: anything else
@@ -79,15 +81,14 @@ class CoreFile:
                                 f"are {[str(d) for d in self._dtypes]}")
         blobs: List[bytes] = [b"".join(len(b).to_bytes(8, "big") + b for b in map(np.ndarray.tobytes, row))
                               for row in rows]
-        ok = self._writer.write_raw_data({}, blobs, False, False) == self._c.MSRStatus.SUCCESS
-        _check(ok, "write", self.path)
+        self._done(self._writer.write_raw_data({}, blobs, False, False), "write")
 
     def commit(self) -> None:
         """Flush the file, build its .db index, and leave both owner read/write (as FileWriter)."""
-        ok = self._c.MSRStatus.SUCCESS
-        _check(self._writer.commit() == ok, "commit", self.path)
+        self._done(self._writer.commit(), "commit")
         index = self._c.ShardIndexGenerator(os.path.realpath(self.path), False)
-        _check(index.build() == ok and index.write_to_db() == ok, "index", self.path)
+        self._done(index.build(), "index build")
+        self._done(index.write_to_db(), "index write")
         for f in (self.path, Path(f"{self.path}.db")):
             if f.exists():
                 os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
