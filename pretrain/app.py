@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from pretrain import rundir
 from pretrain.config import frozen, validate
 from pretrain.config.errors import USER_ERRORS, PretrainConfigError
+from pretrain.config.resolved import ResolvedRun
 from pretrain.io import write_atomic
 
 
@@ -50,17 +51,20 @@ def run_job(cfg: DictConfig) -> None:
 
 
 def execute(cfg: DictConfig) -> Dict[str, Any]:
-    """compose (done) -> check -> plan -> lock, accept, freeze -> data -> launch. Returns the sweep row."""
+    """compose (done) -> check -> resolve, plan -> lock, accept, freeze -> data -> launch. Returns the
+    sweep row. Below the rules every part is handed the resolved run, not the config."""
     validate.check(cfg)
+    run = ResolvedRun.of(cfg)
     if cfg.plan.calibrate:
         from pretrain.train.probe import probe
-        probe(cfg)
+        probe(run)
     from pretrain.plan import calibration
     from pretrain.plan.planner import format_plan, plan as make_plan
-    plan = make_plan(cfg, calibration.load(cfg))
+    run = run.with_plan(make_plan(run, calibration.load(cfg)))
+    plan = run.plan
     print(format_plan(plan), flush=True)
     from pretrain.plan.verdict import verdict
-    status, refused = verdict(cfg, plan)
+    status, refused = verdict(run)
     dry = cfg.dry_run or cfg.launcher == "print"
     # Several nodes: the launch only writes per-node scripts, which a plan-only layout may have (each
     # rank refuses to train it, in one line); a plan that does not fit gets none.
@@ -79,32 +83,33 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     for line in refused:
         print(f"{status}: {line}")
     from pretrain import launch
-    run_dir = Path(cfg.run_dir)
+    run_dir = run.run_dir
     if dry:
-        where = dry_run_freeze(cfg, plan.to_dict(), run_dir)
-        row.update(launch.describe(cfg, run_dir))
+        where = dry_run_freeze(run, run_dir)
+        row.update(launch.describe(run))
         print(f"dry run: resolved config and plan written to {where}"
               + ("" if where == run_dir else f" ({run_dir} holds a run; its config.yaml and plan.json are "
                                              f"left as they are)"))
         return row
     # Held until the launch returns: the in-process run, or msrun and every rank it starts.
     with rundir.RunDirLock(run_dir):
-        begin = accept(cfg, run_dir)
-        freeze(cfg, plan.to_dict(), run_dir)
-        row.update(start(cfg, run_dir, begin))
+        begin = accept(run)
+        freeze(run, run_dir)
+        row.update(start(run, begin))
     return row
 
 
-def start(cfg: DictConfig, run_dir: Path, begin: Any = None) -> Dict[str, Any]:
+def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
     """The frozen run: node scripts for several nodes; else the data ready, then trained in this
     process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`: the
     checkpoint it continues from (accept), whose data must be what was prepared."""
     from pretrain import launch
+    cfg, run_dir = run.cfg, run.run_dir
     if cfg.hardware.num_nodes > 1:
-        return launch.write_nodes(cfg, run_dir)
-    launch.check_host(cfg)
+        return launch.write_nodes(run)
+    launch.check_host(run)
     from pretrain.resilience.resume import check_branch
-    check_branch(cfg)   # a phase run alone without its base run: say which to train, before the data
+    check_branch(run)   # a phase run alone without its base run: say which to train, before the data
     from pretrain.data.manifest import summary_table
     from pretrain.data.prepare import prepare
     from pretrain.model.builder import prepare_environment
@@ -118,18 +123,19 @@ def start(cfg: DictConfig, run_dir: Path, begin: Any = None) -> Dict[str, Any]:
         data_changes(read_state(begin.info).get("data"), data_identity(prepared), begin.info.path,
                      bool(cfg.resilience.allow_data_change))
     from pretrain.train.build import pad_token_id
-    launch.write_engine_yamls(cfg, run_dir, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
-    if not launch.in_process(cfg):
-        return launch.run_local(cfg, run_dir)
+    launch.write_engine_yamls(run, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
+    if not launch.in_process(run):
+        return launch.run_local(run)
     from pretrain.engine import train
-    return launch.measured(train(cfg))
+    return launch.measured(train(run))
 
 
-def accept(cfg: DictConfig, run_dir: Path) -> Any:
+def accept(run: ResolvedRun) -> Any:
     """Refuse, before the run dir's config.yaml and plan.json are replaced, a run that could not
     continue from its checkpoints: none verifies (unusable ones are quarantined), another phase
     selection, or a config change a resume may not make. Returns where it continues from (a
     resume.Start), or None."""
+    cfg, run_dir = run.cfg, run.run_dir
     if not (run_dir / "checkpoints").is_dir():
         return None
     from pretrain.resilience.checkpoint import CheckpointManager
@@ -139,31 +145,31 @@ def accept(cfg: DictConfig, run_dir: Path) -> Any:
         checkpoints = CheckpointManager(run_dir / "checkpoints", events=events,
                                         keep_latest=int(cfg.train.keep_checkpoint_max),
                                         start_fresh=bool(cfg.resilience.start_fresh))
-        return start_point(cfg, checkpoints)[0]
+        return start_point(run, checkpoints)[0]
 
 
-def dry_run_freeze(cfg: DictConfig, plan: Dict[str, Any], run_dir: Path) -> Path:
+def dry_run_freeze(run: ResolvedRun, run_dir: Path) -> Path:
     """A dry run never blocks on, nor overwrites, a run: it writes into run_dir only while that
     holds no checkpoints and no run holds its lock, else into run_dir/dry_run/."""
     try:
         lock = rundir.RunDirLock(run_dir).acquire()
     except rundir.RunDirBusy:
-        return freeze(cfg, plan, run_dir / rundir.DRY_RUN_DIR)
+        return freeze(run, run_dir / rundir.DRY_RUN_DIR)
     try:
-        return freeze(cfg, plan, run_dir / rundir.DRY_RUN_DIR if rundir.holds_run(run_dir) else run_dir)
+        return freeze(run, run_dir / rundir.DRY_RUN_DIR if rundir.holds_run(run_dir) else run_dir)
     finally:
         lock.release()
 
 
-def freeze(cfg: DictConfig, plan: Dict[str, Any], where: Path) -> Path:
+def freeze(run: ResolvedRun, where: Path) -> Path:
     """The resolved config every rank reads (no Hydra in the ranks) and the plan beside it."""
     try:
         where.mkdir(parents=True, exist_ok=True)
-        note = frozen.keep_hand_edit(where / "config.yaml", cfg)   # not replaced silently
+        note = frozen.keep_hand_edit(where / "config.yaml", run.cfg)   # not replaced silently
         if note:
             print(note, flush=True)
-        write_atomic(where / "config.yaml", frozen.text(cfg))
-        write_atomic(where / "plan.json", json.dumps(plan, indent=2, default=str))
+        write_atomic(where / "config.yaml", frozen.text(run.cfg))
+        write_atomic(where / "plan.json", json.dumps(run.plan.to_dict(), indent=2, default=str))
     except OSError as e:
         raise rundir.not_writable(where, e) from None
     return where

@@ -67,11 +67,12 @@ def main(argv=None) -> int:
     status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
         from pretrain.engine import train as run   # our loop or MindFormers' trainer (ParallelLayout.engine)
+        from pretrain.config.resolved import ResolvedRun
         cfg = load_frozen(run_dir)
         cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
         from pretrain.resilience.orphan import stop_with_launcher
         stop_with_launcher(float(cfg.resilience.watchdog_timeout_s))
-        summary = run(cfg, *args[1:])
+        summary = run(ResolvedRun.of(cfg), *args[1:])
         status.update(exit=0, error="", **summary.get("rank_evidence", {}))
     except USER_ERRORS as exc:
         status.update(exit=2, error=str(exc).splitlines()[0])

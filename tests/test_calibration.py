@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from pretrain.config.resolved import ResolvedRun
 from pretrain.plan import calibration
 from pretrain.plan.calibration import Point, fit
 from pretrain.plan.planner import device_flops_per_step, format_plan, memory_split_gb, plan
@@ -60,7 +61,7 @@ def test_points_of_two_activation_sizes_fit_the_runtime_and_the_graphs_multiple(
     # a run that accumulates compiles two graphs, each keeping its own multiple
     one, two = compose_many(["train.global_batch_size=8"]), compose_many(["train.global_batch_size=16"])
     for cfg, graphs in ((one, 1), (two, 2)):
-        planned = plan(cfg, cal)
+        planned = plan(ResolvedRun.of(cfg), cal)
         acts = planned.peak.activations_gb + planned.peak.logits_gb
         assert planned.process_gb == pytest.approx(planned.peak_gb - acts + 1.0 + 12 * acts * graphs)
         states, grows = memory_split_gb(planned)
@@ -91,16 +92,16 @@ def test_each_engine_plans_from_its_own_points(compose_many, tmp_path):
 
 def test_a_calibrated_plan_says_so_and_uses_the_fit(compose_many):
     cfg = compose_many([])
-    flops = device_flops_per_step(cfg)
-    cal = fit("cpu", [point(flops, 0.8, planned=plan(cfg).peak_gb, rss=4.2)])
-    assumed, measured = plan(cfg), plan(cfg, cal)
+    flops = device_flops_per_step(ResolvedRun.of(cfg))
+    cal = fit("cpu", [point(flops, 0.8, planned=plan(ResolvedRun.of(cfg)).peak_gb, rss=4.2)])
+    assumed, measured = plan(ResolvedRun.of(cfg)), plan(ResolvedRun.of(cfg), cal)
     assert measured.step_s == pytest.approx(0.8) and measured.tokens_per_s == pytest.approx(
         assumed.tokens_per_step / 0.8)
     assert measured.process_gb == pytest.approx(4.2) and assumed.framework_gb == 0.0
     assert "measured on h, 2026-12-03" in format_plan(measured) and "assumed" not in format_plan(measured)
     assert "(assumed: train.efficiency=0.45" in format_plan(assumed)
     ascend = compose_many(["model=llama3_8b", "hardware=ascend910b_1x8", "parallel=dp8"])
-    assert plan(ascend, cal).framework_gb == 0.0   # host memory says nothing of a device's
+    assert plan(ResolvedRun.of(ascend), cal).framework_gb == 0.0   # host memory says nothing of a device's
 
 
 def test_the_summary_sets_measured_beside_planned_and_plan_json_keeps_it(tmp_path):

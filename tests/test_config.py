@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from pretrain.config.phases import phases as phases_of
 from pretrain.config import validate
 from pretrain.config.errors import PretrainConfigError
+from pretrain.config.resolved import ResolvedRun
 from pretrain.plan.verdict import verdict
 from tests.conftest import options
 from tests.test_rulebook import accepted_by_training
@@ -47,11 +48,12 @@ def test_every_parallel_hardware_combination_validates_or_explains(compose_many,
             assert any(k in line for k in ("model.", "parallel", "train.", "hardware", "phase", "data.")), line
         if not found:
             valid += 1
-            planned = plan(cfg)
+            run = ResolvedRun.of(cfg)
+            planned = plan(run)
             assert planned.params_total > 0
             # what a dry run or sweep row calls "ok", training accepts (a plan that does not fit is
             # never ok: its verdict's search for fitting layouts is skipped here)
-            if planned.fits and verdict(cfg, planned)[0] == "ok":
+            if planned.fits and verdict(run.with_plan(planned))[0] == "ok":
                 accepted_by_training(cfg)
                 ok += 1
     assert valid >= 3   # the layouts in conf/ are meant to be usable, not just rejected

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from pretrain.config.resolved import ResolvedRun
 from pretrain.engine import phases as engine_phases
 from pretrain.model import mindformers_config as mfc
 from tests.conftest import SMALL_MODEL
@@ -37,7 +38,8 @@ def test_mindformers_dataset_builder_yields_our_loaders_batches(
     )
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))  # the frozen run dir
     prepared = prepare(cfg.data, progress=False)
-    (path,) = engine_phases.write_phases(cfg, tmp_path)
+    run = ResolvedRun.of(cfg)
+    (path,) = engine_phases.write_phases(run)
     config = MindFormerConfig(str(path))
     # with data.document_mask (the default) on CPU: + position_ids and the block-diagonal attention_mask
     assert config.train_dataset.input_columns == mfc.input_columns(cfg) == [*mfc.INPUT_COLUMNS, "position_ids",
@@ -50,7 +52,7 @@ def test_mindformers_dataset_builder_yields_our_loaders_batches(
         monkeypatch.setenv("RANK_ID", str(rank))
         monkeypatch.setattr(base_dataset.BaseDataset, "_is_data_parallel", classmethod(lambda cls: world > 1))
         built = build_dataset(config.train_dataset_task)
-        ours = make_loader(cfg, prepared, cfg.phase, "train", rank, world)
+        ours = make_loader(run, prepared, run.phases[0], "train", rank, world)
         batches = built.create_dict_iterator(output_numpy=True, num_epochs=1)
         for step in range(4):
             want = model_arrays(ours.batch(step), mfc.document_attention(cfg))   # what our loop feeds
@@ -60,5 +62,5 @@ def test_mindformers_dataset_builder_yields_our_loaders_batches(
                 assert len(joined) == micro * accum
                 np.testing.assert_array_equal(joined, want[key], err_msg=f"{key} step {step} rank {rank}")
         assert got[0]["input_ids"].dtype == np.int32 and got[0]["labels"].dtype == np.int32
-        steps = engine_phases.export_phases(cfg, tmp_path)["reasoning"]["pretrain_phase"]["steps"]
+        steps = engine_phases.export_phases(run)["reasoning"]["pretrain_phase"]["steps"]
         assert built.get_dataset_size() == steps * accum  # one pass = the phase's steps

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pretrain.config.phases import phase_steps, phases as phases_of
+from pretrain.config.resolved import ResolvedRun
 from pretrain.engine import phases as engine_phases
 from pretrain.model import mindformers_config as mfc
 from pretrain.train.schedule import curriculum
@@ -34,10 +35,10 @@ def test_every_phase_yaml_steps_the_lr_our_loop_steps(mindformers, compose_many,
     from pretrain.engine.lr import register
 
     register()
-    cfg = compose_many(overrides)
+    cfg = compose_many([*overrides, f"run_dir={tmp_path}"])
     plist = phases_of(cfg)
     ours = curriculum(plist, [phase_steps(cfg, p) for p in plist])
-    written = engine_phases.write_phases(cfg, tmp_path)
+    written = engine_phases.write_phases(ResolvedRun.of(cfg))
     assert [p.name for p in written] == [f"mindformers_{p.name}.yaml" for p in plist]
     first = 0
     for path, lr in zip(written, ours):
@@ -55,8 +56,9 @@ def test_every_phase_yaml_steps_the_lr_our_loop_steps(mindformers, compose_many,
 
 
 def test_phases_continue_from_the_previous_phase_checkpoint(compose_many, tmp_path):
-    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"])
-    exported = engine_phases.export_phases(cfg, tmp_path)
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8",
+                        f"run_dir={tmp_path}"])
+    exported = engine_phases.export_phases(ResolvedRun.of(cfg))
     assert list(exported) == ["general", "reasoning", "anneal"]
     g, r, a = exported.values()
     assert g["load_checkpoint"] == "" and g["resume_training"] is False

@@ -6,6 +6,8 @@ the dataset shard rule), and checked against the planner. Nothing here needs Asc
 import pytest
 
 from pretrain.config import validate
+from pretrain.config.layout import ParallelLayout
+from pretrain.config.resolved import ResolvedRun
 from pretrain.config.validate import num_devices
 from pretrain.model import mindformers_config as mfc
 from pretrain.plan.formulas import bubble_fraction
@@ -93,7 +95,7 @@ def test_70b_layouts_load_through_mindformers_and_agree_with_the_planner(layout,
     assert config.parallel_config.micro_batch_num == t.micro_batch_num
 
     # ... and the planner agrees with MindFormers' numbers
-    planned = plan(cfg)
+    planned = plan(ResolvedRun.of(cfg))
     lay = planned.layout
     assert (lay.dp, lay.tp, lay.pp, lay.vpp, lay.world_size) == (p.dp, p.tp, p.pp, p.vpp, 64)
     assert lay.grad_accum == t.micro_batch_num == cfg.train.grad_accum
@@ -121,7 +123,7 @@ def test_checkpoint_plan_is_the_per_rank_shard_mindformers_writes(layout, zero, 
     first = (int(layer_list.sum(axis=0)[0]) * layer + m.vocab_size * m.hidden_size) / t.tensor_model_parallel_size
     group = t.data_parallel_size
     shard = 4 * first / (group if zero >= 3 else 1) + 8 * first / (group if zero >= 1 else 1)
-    planned = plan(cfg)
+    planned = plan(ResolvedRun.of(cfg))
     if planned.peak_stage == "last":   # the head and final norm instead of the embedding
         last = (int(layer_list.sum(axis=0)[-1]) * layer + m.vocab_size * m.hidden_size + m.hidden_size)
         first = last / t.tensor_model_parallel_size
@@ -146,7 +148,7 @@ def test_each_rank_reads_the_data_shard_mindformers_assigns_it(layout, applied, 
         monkeypatch.setattr(base_dataset, "get_real_rank", lambda r=rank: r)
         monkeypatch.setenv("RANK_ID", str(rank))
         shard, shards = base_dataset.BaseDataset._generate_shard_info()
-        assert ranks.data_parallel_rank(cfg) == (shard, shards)
+        assert ranks.data_parallel_rank(ParallelLayout.from_config(cfg)) == (shard, shards)
         seen.append(shard)
     assert sorted(set(seen)) == list(range(cfg.parallel.dp))
     assert all(seen.count(s) == world // cfg.parallel.dp for s in set(seen))   # tp·pp·cp ranks per shard
@@ -176,7 +178,8 @@ def test_zero_bubble_is_mindsporess_zbv_with_two_virtual_stages(applied, compose
     assert ms.get_auto_parallel_context("pipeline_scheduler") == "zero_bubble_v"
     # the planner plans the schedule MindSpore runs: ZB-V, no bubble, 1F1B's activation memory (L layers'
     # worth on every rank) rather than the interleaved schedule's L(1 + (p-1)/(p*v))
-    zbv, interleaved = plan(good), plan(compose_many([*BIG, "parallel=dp2tp4pp8vpp2"]))
+    interleaved = compose_many([*BIG, "parallel=dp2tp4pp8vpp2"])
+    zbv, interleaved = plan(ResolvedRun.of(good)), plan(ResolvedRun.of(interleaved))
     assert zbv.bubble == 0.0 < interleaved.bubble
     assert zbv.memory_first.activations_gb < interleaved.memory_first.activations_gb
     assert zbv.memory_first.activations_gb == pytest.approx(zbv.memory_last.activations_gb)

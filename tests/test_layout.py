@@ -7,6 +7,7 @@ import pytest
 from pretrain.config.layout import engine_of
 from pretrain.config import validate
 from pretrain.config.layout import ParallelLayout
+from pretrain.config.resolved import ResolvedRun
 from pretrain.engine import phases as engine_phases
 from pretrain.launch import msrun, scripts, supervise
 from pretrain.model import mindformers_config as mfc
@@ -41,7 +42,7 @@ def test_every_consumer_agrees_with_the_layout(option, compose_many, monkeypatch
 
     # the rules and the planner
     assert engine_of(cfg) == lay.engine
-    planned = plan(cfg)
+    planned = plan(ResolvedRun.of(cfg))
     assert planned.engine == lay.engine
     assert planned.layout == lay
 
@@ -70,7 +71,7 @@ def test_every_consumer_agrees_with_the_layout(option, compose_many, monkeypatch
     for rank in some_ranks(lay.world_size):
         monkeypatch.setenv("RANK_ID", str(rank))
         monkeypatch.setenv("RANK_SIZE", str(lay.world_size))
-        assert ranks.data_parallel_rank(cfg) == (lay.dp_rank(rank), lay.dp)
+        assert ranks.data_parallel_rank(lay) == (lay.dp_rank(rank), lay.dp)
         assert ranks.writes_run_files() == lay.writes_run_files(rank) == (rank == 0)
         # which checkpoint files this rank writes: our loop's directory on rank 0, a shard per rank
         # under MindFormers' trainer

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from pretrain.config.phases import phases as phases_of
 from pretrain.config import known_keys, validate
 from pretrain.config.errors import PretrainConfigError, PretrainRunError
+from pretrain.config.resolved import ResolvedRun
 from pretrain.resilience.checkpoint import CheckpointManager, checkpoint_name
 from pretrain.resilience.resume import check_branch, find_start, resume_changes, start_point
 from pretrain.config.branch import run_suffix
@@ -185,7 +186,7 @@ def test_phase_all_continues_a_run_of_phase_general_alone_and_back(compose_many,
     everything = compose_many([])
     ckpt = tmp_path / "checkpoints"
     fake_checkpoint(ckpt, 34, {**GENERAL_DONE, "config": general}, final_tag("general"))
-    start, changes = start_point(everything, CheckpointManager(ckpt, keep_latest=3))
+    start, changes = start_point(ResolvedRun.of(everything), CheckpointManager(ckpt, keep_latest=3))
     assert not start.handoff and start.info.path.name == "step_00000034-phase-general-final"
     assert changes == []
     # the other way: a curriculum stopped in general, resumed as phase=general alone
@@ -194,7 +195,7 @@ def test_phase_all_continues_a_run_of_phase_general_alone_and_back(compose_many,
     # a real change to the general phase is still refused, under the curriculum's key
     other = compose_many(["phase.general.token_fraction=0.6"])
     with pytest.raises(PretrainRunError, match=r"phase\.general\.token_fraction \(0\.7 -> 0\.6\)"):
-        start_point(other, CheckpointManager(ckpt, keep_latest=3))
+        start_point(ResolvedRun.of(other), CheckpointManager(ckpt, keep_latest=3))
 
 
 def test_a_named_checkpoint_is_the_start_and_a_corrupt_final_one_is_passed_over(tmp_path):
@@ -231,9 +232,9 @@ def test_check_branch_runs_before_any_data_is_prepared(compose_many, tmp_path):
     cfg.run_dir, cfg.train.init_from = str(tmp_path / "branch"), str(tmp_path / "base")
     with pytest.raises(PretrainRunError, match=r"^phase=reasoning is a branch of the base run .*"
                        r"python -m pretrain model=tiny parallel=single hardware=cpu"):
-        check_branch(cfg)
+        check_branch(ResolvedRun.of(cfg))
     base = base_run(tmp_path / "base")
-    check_branch(cfg)
+    check_branch(ResolvedRun.of(cfg))
     # a base run of another model is named before any data is prepared
     from pretrain.resilience.identity import architecture
 
@@ -241,10 +242,10 @@ def test_check_branch_runs_before_any_data_is_prepared(compose_many, tmp_path):
     fake_checkpoint(base / "checkpoints", 50, {**GENERAL_DONE, "model": other}, final_tag("general"))
     with pytest.raises(PretrainRunError, match=r"step_00000050-phase-general-final, a model with "
                        r"model.hidden_size=64, but this run has model.hidden_size=256: give the branch"):
-        check_branch(cfg)
+        check_branch(ResolvedRun.of(cfg))
     cfg = compose_many([])  # the curriculum never branches
     cfg.run_dir, cfg.train.init_from = str(tmp_path / "other"), str(tmp_path / "nowhere")
-    check_branch(cfg)
+    check_branch(ResolvedRun.of(cfg))
 
 
 # ------------------------------------------------------------------ keys the schema does not know

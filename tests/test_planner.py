@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from pretrain.config.compose import compose, composer, config_dir
+from pretrain.config.resolved import ResolvedRun
 from pretrain.plan import planner
 from pretrain.plan.formulas import (ModelShape, activation_bytes_per_layer, checkpoint_overhead, model_states,
                                     optimal_checkpoint_interval)
@@ -27,7 +28,7 @@ def _cfg(*overrides):
 
 
 def plan_of(*overrides):
-    return planner.plan(_cfg(*overrides))
+    return planner.plan(ResolvedRun.of(_cfg(*overrides)))
 
 
 def shape_of(model):
@@ -263,12 +264,12 @@ def test_plan_every_model_parallel_hardware_option():
             cfg.parallel = par
             for hw_name, hw in nodes["hardware"].items():
                 cfg.hardware = hw
-                p = planner.plan(cfg)
+                p = planner.plan(ResolvedRun.of(cfg))
                 json.dumps(p.to_dict(), allow_nan=False)
                 assert p.peak_gb > 0 and p.step_s > 0 and math.isfinite(p.total_days)
                 plans[m, par_name, hw_name] = p
     swapped = plans["qwen3_30b_a3b", "dp8tp2pp4ep8", "ascend910b_4x8"]
-    assert swapped.to_dict() == planner.plan(direct).to_dict()
+    assert swapped.to_dict() == planner.plan(ResolvedRun.of(direct)).to_dict()
     text = planner.format_plan(plans["pangu_ultra_135b", "dp8tp8pp16", "ascend910b_128x8"])
     assert len(text.splitlines()) <= 30
 
@@ -282,7 +283,7 @@ def test_plan_every_model_parallel_hardware_option():
     ["parallel.recompute=bogus", "parallel.pipeline_schedule=bogus", "parallel.pipeline_layers=[1,2]"],
 ])
 def test_invalid_layouts_plan_without_crashing(overrides):
-    p = planner.plan(compose(overrides))
+    p = planner.plan(ResolvedRun.of(compose(overrides)))
     json.dumps(p.to_dict(), allow_nan=False)
     planner.format_plan(p)
 

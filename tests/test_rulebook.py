@@ -11,6 +11,7 @@ from pretrain.config.layout import engine_of
 from pretrain.config.phases import phase_steps, phases as phases_of
 from pretrain.config import ranges, schema, validate
 from pretrain.config.errors import PretrainConfigError
+from pretrain.config.resolved import ResolvedRun
 from pretrain.plan.planner import plan as make_plan
 from pretrain.plan.report import format_plan
 from pretrain.plan.verdict import memory_problems, verdict
@@ -52,10 +53,11 @@ def test_numeric_walk_refuses_with_the_key_or_plans_sanely(default_cfg, key, val
     if found:
         assert any(key.split(".")[-1] in line for line in found), found
         return
-    plan = make_plan(cfg)      # accepted: the plan must make sense, and the launch verdicts must not crash
+    run = ResolvedRun.of(cfg)
+    plan = make_plan(run)      # accepted: the plan must make sense, and the launch verdicts must not crash
     assert _sane(plan), (key, value, plan.params_total, plan.mfu, plan.total_days)
     validate.training_problems(cfg)
-    memory_problems(cfg, plan)
+    memory_problems(run.with_plan(plan))
 
 
 @pytest.mark.parametrize("override,key", [("model.hidden_size=-256", "model.hidden_size=-256 must be in [1, "),
@@ -112,7 +114,7 @@ def test_a_plan_that_does_not_fit_is_refused_with_three_fitting_layouts(cli, com
     for overrides, gb in offered:   # each suggestion, composed as written, passes and fits
         cfg = compose_many([*BIG, *overrides.split()])
         assert validate.problems(cfg) == []
-        plan = make_plan(cfg)
+        plan = make_plan(ResolvedRun.of(cfg))
         assert plan.fits and plan.peak_gb == pytest.approx(float(gb), abs=0.06)
         speeds.append(plan.tokens_per_s)
     assert speeds == sorted(speeds, reverse=True)
@@ -133,17 +135,18 @@ def test_ignore_memory_lets_a_trainable_layout_past_the_memory_rule(cli):
 
 def test_target_days_prints_the_devices_that_finish_in_time(compose_many):
     cfg = compose_many(["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8", "plan.target_days=200"])
-    base = make_plan(compose_many(["model=llama3_8b", "parallel=dp8", "hardware=ascend910b_1x8"]))
-    plan = make_plan(cfg)
+    base = make_plan(ResolvedRun.of(compose_many(["model=llama3_8b", "parallel=dp8",
+                                                  "hardware=ascend910b_1x8"])))
+    plan = make_plan(ResolvedRun.of(cfg))
     t = plan.target
     assert t.reachable and t.dp == math.ceil(8 * base.total_days / 200) and t.devices == t.dp
     assert f"target     200 days: {t.devices} devices" in format_plan(plan)
-    capped = make_plan(compose_many([*BIG, "plan.target_days=1"])).target
+    capped = make_plan(ResolvedRun.of(compose_many([*BIG, "plan.target_days=1"]))).target
     assert not capped.reachable and capped.dp == capped.max_dp == 1024
 
 
 def test_mfu_is_labelled_assumed(compose_many):
-    text = format_plan(make_plan(compose_many([])))
+    text = format_plan(make_plan(ResolvedRun.of(compose_many([]))))
     assert "MFU" in text and "(assumed: train.efficiency=0.45" in text
 
 
@@ -161,11 +164,16 @@ def accepted_by_training(cfg) -> None:
     mfc.parallel_blocks(cfg)
 
 
+def _planned(cfg):
+    run = ResolvedRun.of(cfg)
+    return run.with_plan(make_plan(run))
+
+
 def _verdicts(compose_many, combos):
     rows = []
     for overrides in combos:
         cfg = compose_many([*overrides, "dry_run=true"])
-        status = "invalid" if validate.problems(cfg) else verdict(cfg, make_plan(cfg))[0]
+        status = "invalid" if validate.problems(cfg) else verdict(_planned(cfg))[0]
         if status == "ok":
             accepted_by_training(cfg)
         rows.append((overrides, status))

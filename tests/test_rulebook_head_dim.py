@@ -3,6 +3,7 @@
 MindFormers 1.9.0's attention (parallel_core/training_graph/transformer/attention.py) requires
 hidden_size % num_heads == 0 whatever kv_channels is. Now that layout is "plan only", in one line."""
 from pretrain.config import validate
+from pretrain.config.resolved import ResolvedRun
 from pretrain.plan.planner import plan
 from pretrain.plan.verdict import verdict
 
@@ -13,7 +14,8 @@ def test_head_dim_does_not_make_an_indivisible_hidden_size_trainable_here(compos
     assert "planned only" in bare[0]
     cfg = compose_many(["model.hidden_size=258", "model.head_dim=64"])
     assert validate.problems(cfg) == []                  # sound: planned like any model
-    status, refused = verdict(cfg, plan(cfg))
+    run = ResolvedRun.of(cfg)
+    status, refused = verdict(run.with_plan(plan(run)))
     assert status == "plan only" and len(refused) == 1
     assert refused[0].startswith("model.hidden_size(258) % model.num_heads(4) != 0 (model.head_dim=64): "
                                  "MindFormers 1.9.0's attention")

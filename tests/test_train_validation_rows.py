@@ -5,7 +5,7 @@ line says so), and periodic validation is refused naming that fix."""
 import pytest
 
 from pretrain.config.errors import PretrainDataError
-from pretrain.config.phases import phases
+from pretrain.config.resolved import ResolvedRun
 from pretrain.data.manifest import summary_table
 from pretrain.data.prepare import prepare
 from pretrain.train.build import val_loader
@@ -32,9 +32,10 @@ def test_eval_every_0_trains_without_validation_and_periodic_validation_names_it
     data, prepared = tiny
     cfg = compose_many(["phase=general", "train.eval_every=0"])
     cfg.data = data
-    (phase,) = phases(cfg)
-    assert val_loader(cfg, prepared, phase, 0, 1) is None
+    run = ResolvedRun.of(cfg)
+    assert val_loader(run, prepared, run.phases[0], 0, 1) is None
     assert "note: phase general: general has no validation rows" in capsys.readouterr().out
     cfg.train.eval_every = 50
+    run = ResolvedRun.of(cfg)
     with pytest.raises(PretrainDataError, match=r"no validation rows .*set train\.eval_every=0 to train"):
-        val_loader(cfg, prepared, phase, 0, 1)
+        val_loader(run, prepared, run.phases[0], 0, 1)

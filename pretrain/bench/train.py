@@ -49,7 +49,7 @@ def timed_rounds(variants, rounds: int, steps: int):
 
 def compare_document_mask(overrides, rounds: int, steps: int) -> None:
     from pretrain.config.compose import compose
-    from pretrain.config.phases import phases
+    from pretrain.config.resolved import ResolvedRun
     from pretrain.model import builder
 
     cfgs = {on: compose([*overrides, f"data.document_mask={str(on).lower()}"]) for on in (True, False)}
@@ -65,7 +65,8 @@ def compare_document_mask(overrides, rounds: int, steps: int) -> None:
     from pretrain.train.trainer import split_micro
 
     t = cfg.train
-    loader = make_loader(cfg, prepare(cfg.data, progress=False), phases(cfg)[0], "train", 0, 1)
+    run = ResolvedRun.of(cfg)
+    loader = make_loader(run, prepare(cfg.data, progress=False), run.phases[0], "train", 0, 1)
     micro = split_micro(loader.batch(0), int(t.grad_accum))
     init = None
     variant_steps = {}
@@ -100,7 +101,7 @@ def main(argv) -> None:
         raise SystemExit(f"compare={opts['compare']}: the one comparison is compare=document_mask")
 
     from pretrain.config.compose import compose
-    from pretrain.config.phases import phases
+    from pretrain.config.resolved import ResolvedRun
     from pretrain.model import builder
 
     cfg = compose(overrides)
@@ -121,8 +122,8 @@ def main(argv) -> None:
     from pretrain.train.trainer import PhasePlan, Throughput, Trainer, split_micro
 
     t = cfg.train
-    phase = phases(cfg)[0]
-    loader = make_loader(cfg, prepare(cfg.data, progress=False), phase, "train", 0, 1)
+    run = ResolvedRun.of(cfg)
+    loader = make_loader(run, prepare(cfg.data, progress=False), run.phases[0], "train", 0, 1)
     batch = loader.batch(0)
     mode = document_attention(cfg)
     fixed = model_inputs(batch, mode)

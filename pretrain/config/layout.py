@@ -1,9 +1,11 @@
 """One parallel layout (like torchtitan's ParallelDims): the single source for the job's sizes, which
 engine runs them, where each rank sits, which rows it reads and which checkpoint files it writes.
 
-Pure Python, no mindspore: the rules, the planner, the launcher, the MindFormers export, the loader
-and the checkpoint manager all ask `ParallelLayout.from_config(cfg)` instead of multiplying
-cfg.parallel themselves (tests/test_layout.py checks each against it for every conf/parallel option).
+Pure Python, no mindspore. A run resolves it once (pretrain/config/resolved.py) and hands it to the
+planner, the launch, the loader and the checkpoint manager; what takes a bare config (the
+MindFormers export and model builder, the launcher's restarted or shrunk generations) asks
+`ParallelLayout.from_config(cfg)`: nothing multiplies cfg.parallel itself (tests/test_layout.py
+checks each against it for every conf/parallel option).
 
 Rank order is MindSpore's device order, which MindFormers' dataset sharding also uses: pipeline
 stages outermost (world // pp consecutive ranks per stage), then data parallel, then the tp·cp ranks

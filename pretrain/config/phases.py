@@ -1,6 +1,6 @@
-"""The phases a composed config trains and the optimizer steps of each: queries every part of the
-run asks (the rules in validate.py, the planner, the loop, the engines, the launch), kept apart from
-the rules so that asking them imports no rulebook."""
+"""The phases a composed config trains and the optimizer steps of each: what the rules (validate.py)
+check and what a resolved run (resolved.py) holds for every part below the app, kept apart from the
+rules so that resolving a run imports no rulebook."""
 from typing import Any, List
 
 from omegaconf import DictConfig
@@ -20,6 +20,7 @@ def phase_tokens(cfg: DictConfig, phase: Any) -> float:
 
 
 def phase_steps(cfg: DictConfig, phase: Any) -> int:
-    """round(phase tokens / (global batch x seq)): the optimizer steps the phase trains."""
+    """round(phase tokens / (global batch x seq)): the optimizer steps the phase trains; 0 for a
+    batch of no tokens (refused by the rules, but the planner is shown such a config in a sweep)."""
     per_step = int(cfg.train.global_batch_size) * int(cfg.model.seq_length)
-    return int(round(phase_tokens(cfg, phase) / per_step))
+    return int(round(phase_tokens(cfg, phase) / per_step)) if per_step > 0 else 0

@@ -27,25 +27,24 @@ class PhaseSamples:
     def __init__(self, run_dir: str, phase: str, shard_id: int, num_shards: int) -> None:
         from omegaconf import OmegaConf
 
-        from pretrain.config.phases import phase_steps, phases
+        from pretrain.config.resolved import ResolvedRun
         from pretrain.data.prepare import prepare
         from pretrain.train.build import make_loader
 
-        cfg = OmegaConf.load(Path(run_dir) / "config.yaml")
-        (ph,) = [p for p in phases(cfg) if str(p.name) == phase] or [None]
+        run = ResolvedRun.of(OmegaConf.load(Path(run_dir) / "config.yaml"))
+        cfg, ph = run.cfg, run.phase(phase)
         if ph is None:
             from pretrain.config.errors import PretrainConfigError
 
             raise PretrainConfigError(
-                f"phase {phase!r} is not a phase of the run in {run_dir} "
-                f"({', '.join(str(p.name) for p in phases(cfg))})"
+                f"phase {phase!r} is not a phase of the run in {run_dir} ({', '.join(run.phase_names)})"
             )
         from pretrain.model.mindformers_config import document_attention, input_columns
 
         prepared = prepare(cfg.data, progress=False)  # ready in the cache: only reads the manifests
-        self.loader = make_loader(cfg, prepared, ph, "train", int(shard_id), int(num_shards))
+        self.loader = make_loader(run, prepared, ph, "train", int(shard_id), int(num_shards))
         self.per_step = self.loader.batch_size
-        self.samples = phase_steps(cfg, ph) * self.per_step
+        self.samples = ph.steps * self.per_step
         self.mode, self.columns = document_attention(cfg), input_columns(cfg)
         self._step, self._arrays = -1, None
 

@@ -7,7 +7,7 @@ our LR class, shard loader and loss log -> Trainer(config).train(). Phases run i
 process of its own (MindFormers builds one Trainer per process); a phase whose own checkpoints exist
 resumes from the newest (with data skip), a finished phase is skipped.
 Launchers reach it through pretrain.worker (msrun, node scripts, Slurm) or in-process (one device),
-which dispatch on pretrain.config.layout.engine_of(cfg) (the layout decides: config/layout.py).
+which dispatch on the resolved run's engine (the layout decides: config/layout.py).
 """
 
 import json
@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from pretrain.config import validate
 from pretrain.config.errors import PretrainRunError
-from pretrain.config.phases import phases
+from pretrain.config.resolved import ResolvedRun
 from pretrain.engine import phases as engine_phases
 
 
@@ -131,23 +131,25 @@ def newest_checkpoint_file(ckpt_dir: Path) -> Path:
     return ckpt_dir / "rank_0" / re.sub(r"_rank_\d+", "_rank_0", name)
 
 
-def unfinished(cfg: DictConfig, run_dir: Path, names: Optional[List[str]] = None) -> List[str]:
+def unfinished(run: ResolvedRun, names: Optional[List[str]] = None) -> List[str]:
     """The phases (of `names`, default all of the run's) whose own newest checkpoint is short of
     the phase's steps, in order: a finished phase is never trained again (its final checkpoint
     starts the next)."""
-    exported = engine_phases.export_phases(cfg, run_dir)
+    run_dir = run.run_dir.resolve()
+    exported = engine_phases.export_phases(run)
     names = list(exported) if names is None else names
     return [n for n in names if newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, n))
             < int(exported[n]["pretrain_phase"]["steps"])]
 
 
-def steps_lost(cfg: DictConfig, run_dir: Path) -> Tuple[Optional[int], Optional[int]]:
+def steps_lost(run: ResolvedRun) -> Tuple[Optional[int], Optional[int]]:
     """(last step the phase in progress logged, the step its restart resumes from), in the phase's
     own steps (PretrainLossLog's): the steps between them train again. (None, None) when every
     phase is finished."""
     from pretrain.engine.callbacks import read_log
 
-    todo = unfinished(cfg, run_dir)
+    run_dir = run.run_dir.resolve()
+    todo = unfinished(run)
     if not todo:
         return None, None
     logged = [int(r["step"]) for r in read_log(run_dir, todo[0])]
@@ -155,10 +157,11 @@ def steps_lost(cfg: DictConfig, run_dir: Path) -> Tuple[Optional[int], Optional[
         engine_phases.checkpoint_dir(run_dir, todo[0]))
 
 
-def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
+def run_phase(run: ResolvedRun, phase: str) -> Dict[str, Any]:
     from mindformers import Trainer
     from mindformers.core.context.build_context import build_context
 
+    cfg, run_dir = run.cfg, run.run_dir.resolve()
     config = phase_config(run_dir, phase)
     resumed_at = newest_checkpoint_step(engine_phases.checkpoint_dir(run_dir, phase))
     for cb in config.callbacks:
@@ -186,7 +189,7 @@ def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
     if step_times and ranks.writes_run_files():   # this hardware's calibration point for MindFormers' step
         from pretrain.train.loop import plan_of, record_calibration
 
-        record_calibration(cfg, plan_of(cfg), statistics.median(step_times))
+        record_calibration(run, plan_of(run), statistics.median(step_times))
     return {
         "phase": phase,
         "resumed_at": resumed_at,
@@ -198,22 +201,22 @@ def run_phase(cfg: DictConfig, run_dir: Path, phase: str) -> Dict[str, Any]:
     }
 
 
-def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
+def run(resolved: ResolvedRun, only: Optional[str] = None) -> Dict[str, Any]:
     """Train the run's phases (or one) with MindFormers' trainer; the summary our launchers read."""
     from pretrain.model.builder import prepare_environment
 
-    run_dir = Path(cfg.run_dir).resolve()
+    cfg, run_dir = resolved.cfg, resolved.run_dir.resolve()
     prepare_environment(str(run_dir))
     validate.check(cfg)
     validate.check_trainable(cfg)
-    names: List[str] = [str(p.name) for p in phases(cfg)]
+    names: List[str] = list(resolved.phase_names)
     if only is not None:
         if only not in names:
             raise PretrainRunError(
                 f"phase {only!r} is not a phase of the run in {run_dir} ({', '.join(names)})"
             )
         names = [only]
-    todo = unfinished(cfg, run_dir, names)  # a done phase's final checkpoint starts the next
+    todo = unfinished(resolved, names)  # a done phase's final checkpoint starts the next
     results = []
     if len(todo) > 1:
         # MindFormers 1.9.0 builds one Trainer per process: a second one fails on its module-level state
@@ -230,7 +233,7 @@ def run(cfg: DictConfig, only: Optional[str] = None) -> Dict[str, Any]:
             )
             results.extend(json.loads((run_dir / "summary.json").read_text())["phases"])
     elif todo:
-        results.append(run_phase(cfg, run_dir, todo[0]))
+        results.append(run_phase(resolved, todo[0]))
     summary = {"run_dir": str(run_dir), "engine": "mindformers", "phases": results}
     from pretrain.train import ranks
 
@@ -256,7 +259,7 @@ def main(argv=None) -> int:
     from pretrain.config.errors import USER_ERRORS
 
     try:
-        run(cfg, args[1] if len(args) > 1 else None)
+        run(ResolvedRun.of(cfg), args[1] if len(args) > 1 else None)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig
 
 from pretrain.config.layout import mindformers_checkpoint_dir, mindformers_output_dir
-from pretrain.config.phases import phase_steps, phases
+from pretrain.config.resolved import ResolvedRun
 from pretrain.engine.lr import lr_block
 from pretrain.model import mindformers_config as mfc
 from pretrain.train.schedule import PhaseLR, curriculum
@@ -41,73 +41,72 @@ def checkpoint_dir(run_dir: Path, phase: str) -> Path:
     return mindformers_checkpoint_dir(run_dir, phase)
 
 
-def schedules(cfg: DictConfig, run_dir: Path) -> List[PhaseLR]:
+def schedules(run: ResolvedRun) -> List[PhaseLR]:
     """The run's phases' LR schedules. A phase run alone after the first starts from the LR the
     previous phase ended at: read from that phase's yaml in this run dir when it is there (the run
     that trained it wrote it), else assumed to be train.lr_peak (a dry run of the phase alone)."""
-    plist = phases(cfg)
+    plist = run.phases
     start = 0.0
-    if len(plist) == 1 and plist[0].lr.peak is None:
-        start = previous_final_lr(cfg, run_dir) or float(cfg.train.lr_peak)
-    return curriculum(plist, [phase_steps(cfg, ph) for ph in plist], start=start)
+    if len(plist) == 1 and plist[0].node.lr.peak is None:
+        start = previous_final_lr(run) or float(run.cfg.train.lr_peak)
+    return curriculum([p.node for p in plist], [p.steps for p in plist], start=start)
 
 
-def previous_final_lr(cfg: DictConfig, run_dir: Path) -> Optional[float]:
+def previous_final_lr(run: ResolvedRun) -> Optional[float]:
     from omegaconf import OmegaConf
 
     from pretrain.config.branch import previous_phase
 
-    prev = previous_phase(str(phases(cfg)[0].name))
-    path = yaml_path(run_dir, prev) if prev else None
+    prev = previous_phase(run.phases[0].name)
+    path = yaml_path(run.run_dir, prev) if prev else None
     if path is None or not path.is_file():
         return None
     block = OmegaConf.to_container(OmegaConf.load(path).lr_schedule)
     return PhaseLR(**{k: block[k] for k in PhaseLR.__dataclass_fields__}).final
 
 
-def first_steps(cfg: DictConfig, run_dir: Path, lrs: List[PhaseLR]) -> List[int]:
+def first_steps(run: ResolvedRun, lrs: List[PhaseLR]) -> List[int]:
     """The optimizer step each phase starts at: the steps of the phases before it in the curriculum
     (for a phase run alone, those recorded in the previous phases' yamls of this run dir)."""
     out, at = [], 0
-    plist = phases(cfg)
-    if len(plist) == 1:
-        at = _steps_before(cfg, run_dir)
+    if len(run.phases) == 1:
+        at = _steps_before(run)
     for lr in lrs:
         out.append(at)
         at += lr.steps
     return out
 
 
-def _steps_before(cfg: DictConfig, run_dir: Path) -> int:
+def _steps_before(run: ResolvedRun) -> int:
     from omegaconf import OmegaConf
 
     from pretrain.config.branch import CURRICULUM
 
-    name = str(phases(cfg)[0].name)
+    name = run.phases[0].name
     if name not in CURRICULUM:
         return 0
     total = 0
     for prev in CURRICULUM[: CURRICULUM.index(name)]:
-        path = yaml_path(run_dir, prev)
+        path = yaml_path(run.run_dir, prev)
         if path.is_file():
             total += int(OmegaConf.load(path).lr_schedule.steps)
     return total
 
 
-def export_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> Dict[str, Dict[str, Any]]:
+def export_phases(run: ResolvedRun, pad_token_id: int = 0) -> Dict[str, Dict[str, Any]]:
     """{phase name: the mindformers yaml as a dict} for every phase this run trains."""
-    plist = phases(cfg)
-    lrs = schedules(cfg, run_dir)
-    starts = first_steps(cfg, run_dir, lrs)
+    cfg, run_dir, plist = run.cfg, run.run_dir, run.phases
+    lrs = schedules(run)
+    starts = first_steps(run, lrs)
     out: Dict[str, Dict[str, Any]] = {}
     from pretrain.config.branch import previous_phase
 
     for i, (phase, lr, first) in enumerate(zip(plist, lrs, starts)):
-        name = str(phase.name)
-        prev = str(plist[i - 1].name) if i else previous_phase(name) if len(plist) == 1 else None
+        name = phase.name
+        prev = plist[i - 1].name if i else previous_phase(name) if len(plist) == 1 else None
         y = mfc.export(
             cfg,
-            first_phase=phase,
+            first_phase=phase.node,
             first_phase_steps=lr.steps,
             first_phase_peak=lr.peak,
             pad_token_id=pad_token_id,
@@ -119,7 +118,7 @@ def export_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> Dict
         y["load_checkpoint"] = str(checkpoint_dir(run_dir, prev)) if prev else ""
         y["resume_training"] = bool(prev)
         y["ignore_data_skip"] = bool(prev)  # a new phase reads its own data from its first sample
-        y["auto_trans_ckpt"] = mfc.is_semi_auto(cfg)  # per-rank shards resharded when the layout changed
+        y["auto_trans_ckpt"] = run.layout.semi_auto  # per-rank shards resharded when the layout changed
         y["load_ckpt_format"] = "safetensors"
         y["runner_config"]["epochs"] = 1  # one pass over the phase's samples = the phase's steps
         resilience(cfg, y)
@@ -146,12 +145,12 @@ def resilience(cfg: DictConfig, y: Dict[str, Any]) -> None:
             cb["async_save"] = bool(cfg.resilience.async_save)
 
 
-def write_phases(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> List[Path]:
+def write_phases(run: ResolvedRun, pad_token_id: int = 0) -> List[Path]:
     from pretrain.io import write_atomic
 
     written = []
-    for name, y in export_phases(cfg, run_dir, pad_token_id).items():
-        path = yaml_path(run_dir, name)
+    for name, y in export_phases(run, pad_token_id).items():
+        path = yaml_path(run.run_dir, name)
         write_atomic(path, mfc.to_yaml(y))
         written.append(path)
     return written

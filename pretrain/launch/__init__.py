@@ -13,42 +13,42 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-from omegaconf import DictConfig
-
 from pretrain.config.errors import PretrainRunError
-from pretrain.config.layout import ParallelLayout
+from pretrain.config.resolved import ResolvedRun
 from pretrain.launch import launches
 
 
-def in_process(cfg: DictConfig) -> bool:
+def in_process(run: ResolvedRun) -> bool:
     """One device and no msrun asked for: the launching process trains it itself."""
-    return ParallelLayout.from_config(cfg).devices == 1 and cfg.launcher != "msrun"
+    return run.layout.devices == 1 and run.cfg.launcher != "msrun"
 
 
-def describe(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+def describe(run: ResolvedRun) -> Dict[str, Any]:
     """A dry run (or launcher=print): write the engine yamls (and print the node scripts) and say
     what would run."""
-    write_engine_yamls(cfg, run_dir)
+    cfg, run_dir = run.cfg, run.run_dir
+    write_engine_yamls(run)
     if cfg.hardware.num_nodes > 1:
         from pretrain.launch.scripts import describe_nodes
         print(describe_nodes(cfg, run_dir, written=False))
         return {}
     from pretrain.launch import msrun
-    from pretrain.config.layout import engine_of
-    where = "pretrain.engine.mindformers" if engine_of(cfg) == "mindformers" else "pretrain.train.loop"
-    here = in_process(cfg)
-    for phase in ([None] if here else launches.engine_launches(cfg)):
+    where = "pretrain.engine.mindformers" if run.engine == "mindformers" else "pretrain.train.loop"
+    here = in_process(run)
+    for phase in ([None] if here else launches.engine_launches(run)):
         print("would run:", f"in this process ({where})" if here
               else shlex.join(msrun.command(cfg, run_dir.resolve(), phase=phase)))
     return {}
 
 
-def write_nodes(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+def write_nodes(run: ResolvedRun) -> Dict[str, Any]:
     """Several nodes: the per-node scripts each node's msrun starts from; with
     hardware.nodes_on_this_host the job controller then runs them all here (rank 0 prepares the
-    data, the other ranks wait for it), else nothing trains here."""
+    data, the other ranks wait for it), else nothing trains here. (The controller's generations
+    take the config from here: a shrunk job is a config of its own.)"""
     from pretrain.launch.scripts import describe_nodes, write_node_scripts
-    write_engine_yamls(cfg, run_dir)
+    cfg, run_dir = run.cfg, run.run_dir
+    write_engine_yamls(run)
     write_node_scripts(cfg, run_dir)
     if not cfg.hardware.get("nodes_on_this_host", False):
         print(describe_nodes(cfg, run_dir, written=True))
@@ -62,21 +62,22 @@ def write_nodes(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     return measured(json.loads(summary.read_text()))
 
 
-def check_host(cfg: DictConfig) -> None:
-    hw = cfg.hardware
+def check_host(run: ResolvedRun) -> None:
+    hw = run.cfg.hardware
     if hw.device == "ascend" and shutil.which("npu-smi") is None:
         raise PretrainRunError(
             f"hardware={hw.name} needs Ascend devices and this host has none (no npu-smi); "
             f"plan it here with dry_run=true and launch on the cluster")
 
 
-def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
+def run_local(run: ResolvedRun) -> Dict[str, Any]:
     """msrun on this host, once per engine launch still to train, all under one restart budget;
     the run's measured throughput once it trained."""
     from pretrain.launch import msrun, supervise
+    cfg, run_dir = run.cfg, run.run_dir
     started = time.time()
     budget = supervise.RestartBudget.of(cfg.resilience)
-    for phase in launches.remaining_launches(cfg, run_dir):
+    for phase in launches.remaining_launches(run):
         msrun.run_local(cfg, run_dir, phase, budget=budget)
     summary = run_dir / "summary.json"   # rank 0 writes it when it finishes
     if not summary.is_file() or summary.stat().st_mtime < started:
@@ -84,13 +85,12 @@ def run_local(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     return measured(json.loads(summary.read_text()))
 
 
-def write_engine_yamls(cfg: DictConfig, run_dir: Path, pad_token_id: int = 0) -> None:
+def write_engine_yamls(run: ResolvedRun, pad_token_id: int = 0) -> None:
     """run_dir/mindformers_<phase>.yaml, which MindFormers' trainer runs (train.engine=mindformers) and
     a user can run with MindFormers' own run script; written for every run, dry runs included."""
-    from pretrain.config.layout import engine_of
     from pretrain.engine.phases import write_phases
-    paths = write_phases(cfg, run_dir, pad_token_id)
-    print(f"engine {engine_of(cfg)}: MindFormers yamls {', '.join(p.name for p in paths)} in {run_dir}",
+    paths = write_phases(run, pad_token_id)
+    print(f"engine {run.engine}: MindFormers yamls {', '.join(p.name for p in paths)} in {run.run_dir}",
           flush=True)
 
 

@@ -44,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import USER_ERRORS, PretrainRunError
+from pretrain.config.resolved import ResolvedRun
 from pretrain.launch import compile_cache, msrun, supervise
 from pretrain.launch.launches import remaining_launches
 from pretrain.launch.supervise import Failure
@@ -299,7 +300,7 @@ def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
     try:
         with nodes:
             while True:
-                phases = [p for p in remaining_launches(cfg, run_dir) if p is None or p not in trained]
+                phases = [p for p in remaining_launches(ResolvedRun.of(cfg)) if p is None or p not in trained]
                 if not phases:   # MindFormers' engine: every phase finished
                     return {"wall_s": time.time() - started}
                 port = free_port()

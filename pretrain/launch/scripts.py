@@ -89,8 +89,9 @@ def data_overrides() -> List[str]:
 
 def phase_launches(cfg: DictConfig) -> List[str]:
     """The phases msrun_node.sh launches one by one ([] : one launch, our loop chains its phases)."""
+    from pretrain.config.resolved import ResolvedRun
     from pretrain.launch.launches import engine_launches
-    return [p for p in engine_launches(cfg) if p]
+    return [p for p in engine_launches(ResolvedRun.of(cfg)) if p]
 
 
 def describe_nodes(cfg: DictConfig, run_dir: Path, *, written: bool) -> str:

@@ -107,8 +107,9 @@ def steps_lost(run_dir: Path, cfg: Optional[DictConfig] = None) -> Tuple[Optiona
     checkpoints (pretrain.engine.mindformers.steps_lost)."""
     from pretrain.config.layout import engine_of
     if cfg is not None and engine_of(cfg) == "mindformers":
+        from pretrain.config.resolved import ResolvedRun
         from pretrain.engine.mindformers import steps_lost as phase_steps_lost
-        return phase_steps_lost(cfg, run_dir)
+        return phase_steps_lost(ResolvedRun.of(cfg))
     from pretrain.resilience.checkpoint import CheckpointManager
     from pretrain.train.metrics import read_metrics
     metrics = run_dir / "metrics.jsonl"

@@ -1,5 +1,6 @@
-"""plan(cfg): memory per device, step time, days per phase and checkpoint interval for one composed
-config, before anything is launched. Pure Python; never imports mindspore or mindformers.
+"""plan(run): memory per device, step time, days per phase and checkpoint interval for one resolved
+run (pretrain/config/resolved.py), before anything is launched. Pure Python; never imports
+mindspore or mindformers.
 
 The formulas live in formulas.py; this module maps the config onto them and states its
 assumptions. It assumes a valid layout (pretrain/config/validate.py owns those rules) but guards
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from pretrain.config.layout import ParallelLayout
-from pretrain.config.phases import phases
+from pretrain.config.resolved import ResolvedPhase, ResolvedRun
 from pretrain.plan.calibration import Calibration
 from pretrain.plan.formulas import (GB, ModelShape, ParamCount, activation_bytes_per_layer, bubble_fraction,
                                     bytes_per_param, checkpoint_overhead, chunks_in_flight, flops_per_token,
@@ -236,15 +237,10 @@ def _comm(shape: ModelShape, lay: ParallelLayout, hw: Any, explicit: Optional[Li
                 exposed, crosses)
 
 
-def _phase_days(cfg: Any, tokens_per_step: float, tokens_per_s: float) -> Tuple[PhaseDays, ...]:
-    total = float(_get(cfg.train, "total_tokens", 0.0))
-    out = []
-    for ph in phases(cfg):
-        tokens = _get(ph, "tokens")
-        tokens = float(tokens) if tokens is not None else float(_get(ph, "token_fraction", 0.0)) * total
-        out.append(PhaseDays(str(ph.name), tokens, _div(tokens, tokens_per_step),
-                             _div(tokens, tokens_per_s) / 86400))
-    return tuple(out)
+def _phase_days(phases: Tuple[ResolvedPhase, ...], tokens_per_step: float, tokens_per_s: float
+                ) -> Tuple[PhaseDays, ...]:
+    return tuple(PhaseDays(ph.name, ph.tokens, _div(ph.tokens, tokens_per_step),
+                           _div(ph.tokens, tokens_per_s) / 86400) for ph in phases)
 
 
 def checkpoint_shard_gb(lay: ParallelLayout, params: float) -> float:
@@ -272,13 +268,14 @@ def _checkpoint(cfg: Any, lay: ParallelLayout, peak: StageMemory, step_s: float)
     return CheckpointPlan(gb, write_s, mtbf_s / 3600.0, interval / 60.0, _div(interval, step_s), overhead)
 
 
-def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
-    """Plan one composed config (cfg.model/parallel/hardware/train/phase). Pure: reads cfg (and the
-    calibration the caller loaded, pretrain.plan.calibration) only. Calibrated, the step is the
-    fitted model of the measured steps of this hardware option, which include their communication;
-    otherwise compute at train.efficiency of peak plus the modelled exposed communication."""
+def plan(run: ResolvedRun, calibration: Optional[Calibration] = None) -> Plan:
+    """Plan one resolved run (its layout and phases; cfg.model/hardware/train). Pure: reads the run
+    (and the calibration the caller loaded, pretrain.plan.calibration) only. Calibrated, the step is
+    the fitted model of the measured steps of this hardware option, which include their
+    communication; otherwise compute at train.efficiency of peak plus the modelled exposed
+    communication."""
+    cfg, lay = run.cfg, run.layout
     shape = model_shape(cfg.model)
-    lay = ParallelLayout.from_config(cfg)
     hw, train = cfg.hardware, cfg.train
     explicit = _get(cfg.parallel, "pipeline_layers")
     explicit = [int(x) for x in explicit] if explicit else None
@@ -305,7 +302,7 @@ def plan(cfg: Any, calibration: Optional[Calibration] = None) -> Plan:
     step_s = compute_s / (1.0 - bubble) + (comm.exposed_s if calibration is None else 0.0)
     tok_s = _div(tokens_per_step, step_s)
     mfu = _div(tok_s / lay.world_size * f2, peak_tflops * 1e12)
-    days = _phase_days(cfg, tokens_per_step, tok_s)
+    days = _phase_days(run.phases, tokens_per_step, tok_s)
     ckpt = _checkpoint(cfg, lay, peak, step_s)
 
     fits = peak.total_gb <= capacity
@@ -351,9 +348,9 @@ def _framework_gb(calibration: Optional[Calibration], peak: StageMemory, lay: Pa
     return calibration.beyond_plan_gb(peak.activations_gb + peak.logits_gb, _graphs(lay))
 
 
-def device_flops_per_step(cfg: Any) -> float:
+def device_flops_per_step(run: ResolvedRun) -> float:
     """FLOPs one device computes per optimizer step (what a calibration point's step time is fitted to)."""
-    return _device_flops(cfg, model_shape(cfg.model), ParallelLayout.from_config(cfg))
+    return _device_flops(run.cfg, model_shape(run.cfg.model), run.layout)
 
 
 def _recompute_factor(lay: ParallelLayout) -> float:

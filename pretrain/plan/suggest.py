@@ -49,6 +49,7 @@ def fitting_layouts(cfg: Any, limit: int = 3) -> List[Suggestion]:
     from pretrain.config import schema
     from pretrain.config.layout import grad_reduce_size, world_size
     from pretrain.config.validate import RECOMPUTE, layout_problems, num_devices, training_problems
+    from pretrain.config.resolved import ResolvedRun
     from pretrain.plan.planner import plan
 
     devices = num_devices(cfg.hardware)
@@ -67,7 +68,7 @@ def fitting_layouts(cfg: Any, limit: int = 3) -> List[Suggestion]:
                 work.parallel = OmegaConf.merge(base, {"recompute": recompute, "zero_stage": zero})
                 if layout_problems(work):
                     continue
-                p = plan(work)
+                p = plan(ResolvedRun.of(work))
                 if not p.fits:
                     continue
                 extra = tuple(f"parallel.{k}={v}" for k, v in (("recompute", recompute), ("zero_stage", zero))

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.frozen import flatten
+from pretrain.config.resolved import ResolvedRun
 from pretrain.resilience.checkpoint import MANIFEST, CheckpointInfo, CheckpointManager, read_state, verify
 from pretrain.resilience.identity import architecture, final_tag
 
@@ -165,7 +166,7 @@ def same_phase_shape(saved: Dict[str, Any],
 
 
 def start_point(
-    cfg: Any, checkpoints: CheckpointManager
+    run: ResolvedRun, checkpoints: CheckpointManager
 ) -> Tuple[Optional[Start], List[Tuple[str, Any, Any]]]:
     """Where this run continues from, and the config changes it makes to its own checkpoint's run
     (each allowed by resume.RESUMABLE; any other raises). Run by the launcher before it replaces
@@ -173,9 +174,8 @@ def start_point(
     from omegaconf import OmegaConf
 
     from pretrain.config.branch import base_command, branches_from
-    from pretrain.config.phases import phases
 
-    names = [str(p.name) for p in phases(cfg)]
+    cfg, names = run.cfg, list(run.phase_names)
     # a later phase alone with no checkpoint of its own branches from train.init_from
     start = find_start(names, branches_from(names), checkpoints, init_from=cfg.train.init_from,
                        train_first=base_command(cfg))
@@ -186,13 +186,12 @@ def start_point(
     return start, resume_changes(saved, now, f"checkpoint {start.info.path}")
 
 
-def check_branch(cfg: Any) -> None:
+def check_branch(run: ResolvedRun) -> None:
     """Before data preparation and msrun: a branch with no checkpoint of its own must find the one
     it starts from, of this model (one line, exit 2, naming the run to train first)."""
-    from pretrain.config.phases import phases
     from pretrain.config.branch import base_command, branches_from
 
-    names = [str(p.name) for p in phases(cfg)]
+    cfg, names = run.cfg, list(run.phase_names)
     previous, own = branches_from(names), Path(cfg.run_dir) / "checkpoints"
     if previous is None or cfg.train.init_from is None or (own.is_dir() and any(own.glob("step_*"))):
         return

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.config.layout import ParallelLayout
+from pretrain.config.resolved import ResolvedPhase, ResolvedRun
 from pretrain.io import write_atomic
 from pretrain.model import builder, mindformers_config
 from pretrain.plan.planner import flops_per_token, model_shape
@@ -33,10 +33,9 @@ def phase_seed(cfg: DictConfig, name: str) -> int:
     return int(cfg.train.seed) + zlib.crc32(name.encode()) % 100003
 
 
-def checkpoint_manager(cfg: DictConfig, layout: ParallelLayout, rank: int,
-                       events: Optional[EventLog]) -> CheckpointManager:
+def checkpoint_manager(run: ResolvedRun, rank: int, events: Optional[EventLog]) -> CheckpointManager:
     """run_dir/checkpoints/: every rank reads it (resume, rollback); the rank the layout names writes."""
-    run_dir = Path(cfg.run_dir)
+    cfg, layout, run_dir = run.cfg, run.layout, run.run_dir
     return CheckpointManager(
         layout.checkpoint_dir(run_dir, 0),
         keep_latest=int(cfg.train.keep_checkpoint_max),
@@ -58,31 +57,30 @@ def rank_evidence(trainer: Trainer, fed: ranks.RowLog, results: List[Dict[str, A
     return out
 
 
-def phase_plans(
-    cfg: DictConfig, prepared: Dict[str, Any], plist: List[Any], schedules: List[Any]
-) -> List[PhasePlan]:
+def phase_plans(run: ResolvedRun, prepared: Dict[str, Any], schedules: List[Any]) -> List[PhasePlan]:
     """Each phase's schedule and its train / validation loaders over its data mix, for this dp rank."""
-    dp_rank, dp_size = ranks.data_parallel_rank(cfg)
+    dp_rank, dp_size = ranks.data_parallel_rank(run.layout)
     plans = []
-    for phase, lr in zip(plist, schedules, strict=True):
-        val = val_loader(cfg, prepared, phase, dp_rank, dp_size)
-        plans.append(
-            PhasePlan(str(phase.name), lr, make_loader(cfg, prepared, phase, "train", dp_rank, dp_size), val)
-        )
+    for phase, lr in zip(run.phases, schedules, strict=True):
+        val = val_loader(run, prepared, phase, dp_rank, dp_size)
+        train = make_loader(run, prepared, phase, "train", dp_rank, dp_size)
+        plans.append(PhasePlan(phase.name, lr, train, val))
     return plans
 
 
-def val_loader(cfg: DictConfig, prepared: Dict[str, Any], phase: Any, dp_rank: int, dp_size: int) -> Any:
+def val_loader(run: ResolvedRun, prepared: Dict[str, Any], phase: ResolvedPhase, dp_rank: int,
+               dp_size: int) -> Any:
     """The phase's validation loader; None without a held-out split. A mix whose data has no
     validation rows (a corpus too small for data.val_fraction, which the data step notes) trains
     without validation under train.eval_every=0 (then validation only runs at a phase's end), with
     a line saying so; with periodic validation asked for it is refused, naming that fix."""
+    cfg = run.cfg
     if cfg.data.val_fraction <= 0:
         return None
-    empty = sorted(n for n, w in phase.mix.items()
+    empty = sorted(n for n, w in phase.node.mix.items()
                    if float(w) > 0 and n in prepared and not int(prepared[n].manifest["val"]["rows"]))
     if not empty:
-        return make_loader(cfg, prepared, phase, "val", dp_rank, dp_size)
+        return make_loader(run, prepared, phase, "val", dp_rank, dp_size)
     what = (f"phase {phase.name}: {', '.join(empty)} ha{'s' if len(empty) == 1 else 've'} no validation rows "
             f"(too little data for data.val_fraction={cfg.data.val_fraction})")
     if int(cfg.train.eval_every) > 0:
@@ -96,7 +94,7 @@ def val_loader(cfg: DictConfig, prepared: Dict[str, Any], phase: Any, dp_rank: i
 
 
 def build_trainer(
-    cfg: DictConfig,
+    run: ResolvedRun,
     pad: int,
     metrics: MetricsWriter,
     checkpoints: Optional[CheckpointManager],
@@ -107,6 +105,7 @@ def build_trainer(
 
     from pretrain.train.step import TrainStep, train_step_args
 
+    cfg = run.cfg
     ms.set_seed(int(cfg.train.seed))
     net = builder.build_model(cfg, pad_token_id=pad)
     t = cfg.train
@@ -114,7 +113,7 @@ def build_trainer(
     seq = int(cfg.model.seq_length)
     throughput = Throughput(
         tokens_per_step=int(t.global_batch_size) * seq,
-        devices=ParallelLayout.from_config(cfg).world_size,
+        devices=run.layout.world_size,
         flops_per_token=flops_per_token(model_shape(cfg.model), seq),
         peak_flops=float(cfg.hardware.peak_tflops) * 1e12,
     )
@@ -138,34 +137,36 @@ def build_trainer(
     )
 
 
-def export_mindformers_yaml(
-    cfg: DictConfig, run_dir: Path, first: Any, steps: int, peak: float, prepared: Dict[str, Any], pad: int
-) -> None:
-    files = [str(f) for name in first.mix for f in prepared[name].train_shards]
+def export_mindformers_yaml(run: ResolvedRun, peak: float, prepared: Dict[str, Any], pad: int) -> None:
+    """run_dir/mindformers.yaml: the run's first phase as one MindFormers yaml, for MindFormers' own
+    run script."""
+    first = run.phases[0]
+    files = [str(f) for name in first.node.mix for f in prepared[name].train_shards]
     exported = mindformers_config.export(
-        cfg,
-        first_phase=first,
-        first_phase_steps=steps,
+        run.cfg,
+        first_phase=first.node,
+        first_phase_steps=first.steps,
         first_phase_peak=peak,
         train_files=files,
         pad_token_id=pad,
     )
-    write_atomic(run_dir / "mindformers.yaml", mindformers_config.to_yaml(exported))
+    write_atomic(run.run_dir / "mindformers.yaml", mindformers_config.to_yaml(exported))
 
 
 def make_loader(
-    cfg: DictConfig, prepared: Dict[str, Any], phase: Any, split: str, dp_rank: int, dp_size: int
+    run: ResolvedRun, prepared: Dict[str, Any], phase: ResolvedPhase, split: str, dp_rank: int, dp_size: int
 ) -> Any:
+    """The phase's loader of `split` for data-parallel rank `dp_rank` of `dp_size`: a step's rows
+    (train) or one micro-batch (val) as the layout says."""
     from pretrain.data.loader import BatchLoader
 
-    layout = ParallelLayout.from_config(cfg)
-    per_step = layout.rows_per_step if split == "train" else layout.micro_batch_size
+    per_step = run.layout.rows_per_step if split == "train" else run.layout.micro_batch_size
     return BatchLoader(
         prepared,
-        {k: float(v) for k, v in phase.mix.items()},
+        {k: float(v) for k, v in phase.node.mix.items()},
         batch_size=per_step,
-        seq_length=int(cfg.model.seq_length),
-        seed=phase_seed(cfg, str(phase.name)),
+        seq_length=int(run.cfg.model.seq_length),
+        seed=phase_seed(run.cfg, phase.name),
         dp_rank=dp_rank,
         dp_size=dp_size,
         split=split,

@@ -1,4 +1,4 @@
-"""`run(cfg)`: train the composed config's phases in this process and return the run's summary.
+"""`run(resolved)`: train a resolved run's phases in this process and return the run's summary.
 
 Read top to bottom: build (model, data, checkpoints) -> resume -> for each phase, for each step:
 step, log, eval, save -> summarise. The resilience guards are one component (`trainer.keeper`,
@@ -14,11 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from omegaconf import DictConfig
-
 from pretrain.config import validate
 from pretrain.config.layout import ParallelLayout
-from pretrain.config.phases import phase_steps, phases
+from pretrain.config.resolved import ResolvedRun
 from pretrain.data.checks import check_prepared
 from pretrain.model import builder
 from pretrain.resilience import guards
@@ -35,22 +33,21 @@ from pretrain.train.summary import boundary_line, finish, phase_result
 from pretrain.train.trainer import PhasePlan, Trainer
 
 
-def run(cfg: DictConfig) -> Dict[str, Any]:
+def run(resolved: ResolvedRun) -> Dict[str, Any]:
     started = time.perf_counter()
-    run_dir = Path(cfg.run_dir)
+    cfg, run_dir = resolved.cfg, resolved.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     builder.prepare_environment(str(run_dir))  # before anything imports mindspore / mindformers
-    plist = phases(cfg)
     validate.check(cfg)            # the frozen config is what ranks train: the launch's rules hold here too
     validate.check_trainable(cfg)
-    steps = [phase_steps(cfg, ph) for ph in plist]
+    steps = [p.steps for p in resolved.phases]
 
     # build: where the run starts (before the slow parts), the data, the model
     rank = ranks.rank_info()[0]
     writes_run_files = ParallelLayout.writes_run_files(rank)
     events = EventLog(run_dir / "events.jsonl") if writes_run_files else None
-    checkpoints = build.checkpoint_manager(cfg, ParallelLayout.from_config(cfg), rank, events)
-    start, changes = start_point(cfg, checkpoints)
+    checkpoints = build.checkpoint_manager(resolved, rank, events)
+    start, changes = start_point(resolved, checkpoints)
     from pretrain.data.prepare import prepare
 
     prepared = prepare(cfg.data, progress=writes_run_files)
@@ -62,18 +59,18 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
                                                          start.info.path, allow)
     pad = build.pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
     metrics = MetricsWriter(run_dir, enabled=writes_run_files)
-    trainer = build.build_trainer(cfg, pad, metrics, checkpoints, events)
+    trainer = build.build_trainer(resolved, pad, metrics, checkpoints, events)
     trainer.data_identity = identity   # saved with every checkpoint
 
     # resume (or start fresh), then each phase's schedule from where the run stands
-    trainer.keeper.resume(trainer, start, changes, phases=[str(p.name) for p in plist], data=data_changed)
-    schedules = curriculum(plist, steps, start=trainer.state.lr_start)
-    plans = build.phase_plans(cfg, prepared, plist, schedules)
+    trainer.keeper.resume(trainer, start, changes, phases=resolved.phase_names, data=data_changed)
+    schedules = curriculum([p.node for p in resolved.phases], steps, start=trainer.state.lr_start)
+    plans = build.phase_plans(resolved, prepared, schedules)
     fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)
     for plan in plans:
         plan.loader = fed.watch(plan.loader)
     if writes_run_files:
-        build.export_mindformers_yaml(cfg, run_dir, plist[0], steps[0], schedules[0].peak, prepared, pad)
+        build.export_mindformers_yaml(resolved, schedules[0].peak, prepared, pad)
         events.log("start", step=trainer.state.global_step, phases=[p.name for p in plans], steps=steps)
 
     # train, under the signal handler and the watchdog
@@ -91,32 +88,36 @@ def run(cfg: DictConfig) -> Dict[str, Any]:
 
     # summarise: summary.json with the plan beside what was measured, the loss curve and the table, the
     # calibration point (rank 0); what this rank trained (every rank)
-    planned = plan_of(cfg)
+    planned = plan_of(resolved)
     for result in results:
         result["planned"] = measure.planned(planned)
     summary = finish(run_dir, trainer, results, time.perf_counter() - started, checkpoints.directory, events)
     if writes_run_files and summary["measured"]["step_s"]:   # else no step ran after compile
-        record_calibration(cfg, planned, summary["measured"]["step_s"])
+        record_calibration(resolved, planned, summary["measured"]["step_s"])
     summary["rank_evidence"] = build.rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
     return summary
 
 
-def plan_of(cfg: DictConfig) -> Any:
-    """The plan as the launch printed it: the planner with this hardware's calibration, if any."""
+def plan_of(resolved: ResolvedRun) -> Any:
+    """The plan as the launch printed it: the one the app planned (in its own process), else the
+    planner with this hardware's calibration, if any (a rank of msrun)."""
+    if resolved.plan is not None:
+        return resolved.plan
     from pretrain.plan import calibration
     from pretrain.plan.planner import plan
 
-    return plan(cfg, calibration.load(cfg))
+    return plan(resolved, calibration.load(resolved.cfg))
 
 
-def record_calibration(cfg: DictConfig, planned: Any, step_s: float) -> None:
+def record_calibration(resolved: ResolvedRun, planned: Any, step_s: float) -> None:
     """A run's own calibration point: its step time after compile and peak memory for its shape."""
     from pretrain.plan import calibration
     from pretrain.plan.planner import device_flops_per_step, memory_split_gb
 
+    cfg = resolved.cfg
     cpu = str(cfg.hardware.device) == "cpu"
     states, held = memory_split_gb(planned)
-    point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(cfg), step_s,
+    point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(resolved), step_s,
                                   measure.peak_rss_gb() if cpu else 0.0, states + held, held,
                                   int(cfg.model.seq_length), planned.layout.grad_accum)
     calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)

@@ -22,7 +22,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from pretrain.config.errors import PretrainConfigError
-from pretrain.config.layout import ParallelLayout
+from pretrain.config.resolved import ResolvedRun
 from pretrain.plan import calibration
 from pretrain.plan.planner import device_flops_per_step, memory_split_gb, plan
 from pretrain.train.measure import WARMUP_STEPS, peak_rss_gb
@@ -39,17 +39,18 @@ def random_batch(rows: int, seq: int, vocab: int, rng: np.random.Generator) -> d
     return rows_to_batch([(rng.integers(1, vocab, seq + 1).astype(np.int32), lens) for _ in range(rows)], seq)
 
 
-def probe(cfg: Any) -> List[calibration.Point]:
-    """Measure and record this hardware's calibration points for cfg's model shape; returns them."""
-    if ParallelLayout.from_config(cfg).engine == "mindformers":
+def probe(run: ResolvedRun) -> List[calibration.Point]:
+    """Measure and record this hardware's calibration points for the run's model shape; returns them."""
+    cfg = run.cfg
+    if run.engine == "mindformers":
         raise PretrainConfigError(
             "plan.calibrate=true times this project's training step; train.engine=mindformers compiles "
             "MindFormers' own: a short run records its calibration instead (every run does), e.g. add "
             "train.total_tokens=<a few steps' tokens>")
-    if ParallelLayout.from_config(cfg).world_size > 1:
+    if run.layout.world_size > 1:
         raise PretrainConfigError(
             f"plan.calibrate=true probes one process; hardware={cfg.hardware.name} runs "
-            f"{ParallelLayout.from_config(cfg).world_size}: a short run records its calibration instead "
+            f"{run.layout.world_size}: a short run records its calibration instead "
             f"(every run does), e.g. add train.total_tokens=<a few steps' tokens>")
     from pretrain.model import builder
 
@@ -97,10 +98,10 @@ def probe_shapes(mb: int, seq: int) -> List[Tuple[str, int, int]]:
     return shapes
 
 
-def one_micro_batch(cfg: Any, rows: int, seq: int) -> Any:
-    """cfg with one micro-batch of `rows` rows of `seq` tokens per step (one process)."""
+def one_micro_batch(cfg: Any, rows: int, seq: int) -> ResolvedRun:
+    """The run with one micro-batch of `rows` rows of `seq` tokens per step (one process)."""
     probed = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     probed.parallel.micro_batch_size = rows
     probed.train.global_batch_size = rows
     probed.model.seq_length = seq
-    return probed
+    return ResolvedRun.of(probed)

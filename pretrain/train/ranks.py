@@ -23,10 +23,9 @@ def rank_info() -> Tuple[int, int]:
     return int(os.environ.get("RANK_ID", "0")), int(os.environ.get("RANK_SIZE", "1"))
 
 
-def data_parallel_rank(cfg: Any) -> Tuple[int, int]:
+def data_parallel_rank(layout: ParallelLayout) -> Tuple[int, int]:
     """(dp_rank, dp_size) of this process (the rule: ParallelLayout.dp_rank)."""
     rank, world = rank_info()
-    layout = ParallelLayout.from_config(cfg)
     return layout.dp_rank(rank, world), layout.dp
 
 
