@@ -12,8 +12,11 @@ from pretrain.config.resolved import ResolvedRun
 from pretrain.plan.planner import plan
 
 
-@pytest.mark.parametrize("overrides", [[], ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"],
-                                       ["phase=reasoning", "parallel=dp2", "hardware=cpu_2proc"]])
+@pytest.mark.parametrize("overrides", [
+    [],
+    ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"],
+    ["phase=reasoning", "parallel=dp2", "hardware=cpu_2proc"],
+])
 def test_a_resolved_run_holds_the_layout_and_each_phase_with_its_steps(compose_many, overrides):
     cfg = compose_many(overrides)
     run = ResolvedRun.of(cfg)
@@ -39,7 +42,8 @@ def test_its_config_is_read_only_and_the_callers_stays_theirs(compose_many):
 def test_the_planner_plans_the_phases_it_is_handed_not_the_configs_again(compose_many):
     run = ResolvedRun.of(compose_many([]))
     planned = plan(run)
-    doubled = dataclasses.replace(run, phases=tuple(dataclasses.replace(p, tokens=2 * p.tokens) for p in run.phases))
+    longer = tuple(dataclasses.replace(p, tokens=2 * p.tokens) for p in run.phases)
+    doubled = dataclasses.replace(run, phases=longer)
     again = plan(doubled)
     assert [p.name for p in again.phases] == list(run.phase_names)
     assert [b.days for b in again.phases] == pytest.approx([2 * a.days for a in planned.phases])
