@@ -38,6 +38,7 @@ _CLASSES = {
     "f": ("f",), "t": ("t",), "l": ("l", "i"), "y": ("y",),
 }
 _TAG_CLASS = {tag: cls for cls, tags in _CLASSES.items() for tag in tags}
+_DEGREE = ("很", "非常", "比较", "更", "最")
 _END = ("。", "。", "。", "。", "。", "。", "！", "？")
 
 
@@ -153,7 +154,7 @@ class ChineseProse:
         if r < 0.6:                         # 国家 是 重要 的 地方
             return self._noun_phrase(rng) + [w["d"](rng), "是"] + self._noun_phrase(rng)
         if r < 0.68:                        # 经济 很 快
-            return self._noun_phrase(rng) + [rng.choice(("很", "非常", "比较", "更", "最")), w["a"](rng)]
+            return self._noun_phrase(rng) + [rng.choice(_DEGREE), w["a"](rng)]
         if r < 0.76:                        # 在 城市 中 人们 ...
             return ["在"] + self._noun_phrase(rng) + [w["f"](rng), "，"] + self._clause(rng)
         if r < 0.82:                        # 现在 ...
