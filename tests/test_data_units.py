@@ -152,8 +152,10 @@ def test_dedup_keys_tell_exact_and_near_duplicates_only():
 
 def _texts_of_every_kind():
     rng = np.random.default_rng(0)
-    vocab = ["the", "Über", "naïve", "日本語", "x", "__init__", "a_b", "ß", "data", "2024", "£5", "def"]
+    vocab = ["the", "Über", "naïve", "日本語", "x", "__init__", "a_b", "ß", "data", "2024", "£5", "def",
+             "中文", "训练模型", "，", "。", "GPU加速", "ภาษาไทย", "カタカナ", "한국어", "𠀀𠀁", "々"]
     texts = [" ".join(rng.choice(vocab, size=int(rng.integers(0, 400)))) for _ in range(60)]
+    texts += ["".join(rng.choice(vocab, size=int(rng.integers(0, 200)))) for _ in range(20)]
     texts += ["", "one", "a b c d", "a b c d e", "word " * 5000, "\t\x1c\x1f\x0b text !! ** ",
               "{}[]<>|~^%$#@!&*" * 4]
     return texts + [chr(c) * 3 + " ok" for c in range(160)] + paragraphs()[:30]
@@ -165,12 +167,16 @@ def test_minhash_signatures_are_datasketchs_bit_for_bit():
     import zlib
 
     from datasketch import MinHash
+    from pretrain.data.hashing import unit_spans
     for num_perm, n in ((128, 5), (16, 1), (16, 3)):
         hasher = MinHasher(num_perm, n)
         for text in _texts_of_every_kind():
             words = dedup_words(text)
+            joined = " ".join(words)
+            spans = unit_spans(joined) or [(0, 0)]
             ref = MinHash(num_perm=num_perm, seed=1, hashfunc=zlib.crc32)
-            ref.update_batch([" ".join(words[i:i + n]).encode() for i in range(max(1, len(words) - n + 1))])
+            ref.update_batch([joined[spans[i][0]:spans[min(i + n, len(spans)) - 1][1]].encode()
+                              for i in range(max(1, len(spans) - n + 1))])
             sig = hasher.signature(words)
             assert sig.dtype == ref.hashvalues.dtype and np.array_equal(sig, ref.hashvalues), text[:40]
 
@@ -195,12 +201,35 @@ def test_compiled_words_are_dedup_words_for_every_character():
     chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000] + ["\U0001F600", "\U00010400"]
     for ch in chars:
         text = f"A{ch}b {ch}"
-        got, want = words_of(text), " ".join(dedup_words(text)).encode()
-        assert got.joined == want, hex(ord(ch))
+        got, want = words_of(text), dedup_view(text)
+        assert got.joined == want.joined == " ".join(dedup_words(text)).encode(), hex(ord(ch))
+        assert np.array_equal(got.starts, want.starts) and np.array_equal(got.ends, want.ends), hex(ord(ch))
     for text in _texts_of_every_kind() + ["ΣΑΣ σας", "İstanbul"]:
         got, want = words_of(text), dedup_view(text)
         assert got.joined == want.joined and np.array_equal(got.starts, want.starts) \
             and np.array_equal(got.ends, want.ends), text[:40]
+
+
+def test_shingle_units_are_characters_of_unspaced_scripts_and_words_elsewhere():
+    """A run of Han (or kana, Thai...) characters is one \\w+ word up to the next punctuation mark; its
+    shingle units are its characters, every other script's are its words, in one mixed document. The
+    array computation (dedup_view) against the regex definition (unit_spans), for every code point."""
+    from pretrain.data.hashing import dedup_view, unit_spans
+
+    def units(text):
+        w = dedup_view(text)
+        return [w.joined[a:b].decode("utf-8", "surrogatepass") for a, b in zip(w.starts, w.ends)]
+
+    assert units("GPU加速训练，Hello world。日本語のテキスト ภาษา 한국어 말") == [
+        "gpu", "加", "速", "训", "练", "hello", "world", "日", "本", "語", "の", "テ", "キ", "ス", "ト",
+        "ภ", "า", "ษ", "า", "한국어", "말"]
+    assert units("Plain English, words only.") == ["plain", "english", "words", "only"]
+    for c in list(range(0x80, 0x10000, 7)) + [0x3007, 0x9FFF, 0x20000, 0x2A6DF, 0x1F600, 0x10400]:
+        if 0xD800 <= c < 0xE000:
+            continue
+        text = f"x{chr(c)}y {chr(c)}{chr(c)} 中{chr(c)}"
+        joined = " ".join(dedup_words(text))
+        assert units(text) == [joined[a:b] for a, b in unit_spans(joined)], hex(c)
 
 
 def test_compiled_minhash_is_the_numpy_one_bit_for_bit():

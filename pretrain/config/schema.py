@@ -134,6 +134,9 @@ class CleanConfig:
 class DedupConfig:
     exact: bool = True
     near: bool = True
+    # near: estimated Jaccard similarity of the sets of `shingle`-unit shingles from which a document is a
+    # near duplicate; a unit is a word, or a character of a script written without spaces (Chinese,
+    # Japanese, Thai: pretrain.data.dedup)
     threshold: float = between(0.0, 1.0, 0.8, low_open=True, high_open=True)
     num_perm: int = between(2, 8 * K, 128)
     shingle: int = between(1, K, 5)

@@ -6,7 +6,13 @@ document's words (hash partitions), near duplicates by MinHash-LSH (band partiti
 sharing a band key are candidates; connected components of the candidates keep their first
 document). Rule, first wins: a document is dropped when an earlier document of the same source
 is identical up to case/whitespace/punctuation (exact) or shares an LSH bucket with one (near:
-estimated word-shingle Jaccard similarity around `threshold`, datasketch's MinHashLSH banding).
+estimated shingle Jaccard similarity around `threshold`, datasketch's MinHashLSH banding).
+
+What the Jaccard similarity is of: sets of shingles of `shingle` (n) consecutive units, a unit being
+a word in scripts written with spaces and a character in those written without (hashing.UNSPACED:
+Han, kana, Thai...). So `threshold` means word n-gram overlap for English prose and character
+n-gram overlap for Chinese, and both at once in a mixed document (pretrain.bench.recall measures
+the share of near copies found per kind and Jaccard band, beside datasketch's MinHashLSH).
 """
 import zlib
 from typing import Optional, Sequence
@@ -43,8 +49,9 @@ class MinHasher:
         return signature(words, self.shingle, self._a[0], self._b[0])
 
     def shingle_hashes(self, words) -> np.ndarray:
-        """crc32 of each word n-gram (words joined by one space, UTF-8), as uint32; a document of
-        fewer than n words is one shingle of all its words. words: a list or a hashing.Words."""
+        """crc32 of each unit n-gram (the UTF-8 bytes of the words joined by one space, from the
+        first unit's start to the last's end), as uint32; a document of fewer than n units is one
+        shingle of all of them. words: a list or a hashing.Words."""
         view = words if isinstance(words, Words) else dedup_view(words)
         n, nw = self.shingle, len(view)
         if not nw:
@@ -57,7 +64,7 @@ class MinHasher:
         return np.fromiter(map(zlib.crc32, pieces), np.uint32, count=count)
 
     def signature(self, words) -> np.ndarray:
-        """MinHash values (uint32) of the document's word n-gram shingles (a list or a Words)."""
+        """MinHash values (uint32) of the document's unit n-gram shingles (a list or a Words)."""
         hv = np.unique(self.shingle_hashes(words))
         # MurmurHash3's 32-bit finalizer (datasketch's pre-mix), wrapping uint32 arithmetic
         hv ^= hv >> np.uint32(16)

@@ -1,4 +1,5 @@
-"""Compiled kernels (numba) of the dedup view of a document: its words and its MinHash signature.
+"""Compiled kernels (numba) of the dedup view of a document: its words, their shingle units and its
+MinHash signature.
 
 Bit-identical to the pure-Python definitions they replace (hashing.dedup_words, zlib.crc32 of each
 word shingle, dedup.MinHasher's MurmurHash3 pre-mix and affine permutations; tests/
@@ -47,14 +48,27 @@ def _lower_table() -> np.ndarray:
     return table
 
 
+def _alone_table() -> np.ndarray:
+    """For each code point of the basic multilingual plane, whether it is of a script written
+    without spaces (hashing.UNSPACED): a shingle unit alone."""
+    from pretrain.data.hashing import UNSPACED
+    table = np.zeros(0x10000, np.uint8)
+    for lo, hi in UNSPACED:
+        table[lo:min(hi + 1, 0x10000)] = 1
+    return table
+
+
 @njit(cache=True, nogil=True)
-def utf8_words(text, table, out, starts, ends):
+def utf8_words(text, table, alone, out, starts, ends):
     """The lower-cased \\w+ words of a UTF-8 text (bytes), joined by single spaces into `out`
-    (UTF-8); each word's [start, end) in `out` into starts/ends. Returns (bytes used, words), or
+    (UTF-8); each shingle unit's [start, end) in `out` into starts/ends (a word, or within a word each
+    character of an unspaced script alone: hashing.unit_spans). Returns (bytes used, units), or
     (-1, 0) when a character needs the Python path (see _lower_table)."""
     n_out = 0
-    n_words = 0
+    n_units = 0
     in_word = False
+    in_unit = False
+    prev_alone = False
     i = 0
     n = len(text)
     while i < n:
@@ -75,11 +89,19 @@ def utf8_words(text, table, out, starts, ends):
             return -1, 0
         if low >= 0:
             if not in_word:
-                if n_words:
+                if n_out:
                     out[n_out] = 32
                     n_out += 1
-                starts[n_words] = n_out
                 in_word = True
+            is_alone = alone[cp] == 1
+            if in_unit and (is_alone or prev_alone):
+                ends[n_units] = n_out
+                n_units += 1
+                in_unit = False
+            if not in_unit:
+                starts[n_units] = n_out
+                in_unit = True
+            prev_alone = is_alone
             if low < 0x80:
                 out[n_out] = low
                 n_out += 1
@@ -93,13 +115,14 @@ def utf8_words(text, table, out, starts, ends):
                 out[n_out + 2] = 0x80 | (low & 0x3F)
                 n_out += 3
         elif in_word:
-            ends[n_words] = n_out
-            n_words += 1
+            ends[n_units] = n_out
+            n_units += 1
             in_word = False
+            in_unit = False
     if in_word:
-        ends[n_words] = n_out
-        n_words += 1
-    return n_out, n_words
+        ends[n_units] = n_out
+        n_units += 1
+    return n_out, n_units
 
 
 @njit(cache=True, nogil=True)
@@ -143,11 +166,13 @@ def words_of(text: str) -> Words:
     """The compiled scan of the text's UTF-8 bytes; hashing.dedup_words itself for a text with a
     character beyond it (see _lower_table: outside the basic multilingual plane, final sigma)."""
     if not _TABLE:
-        _TABLE.append(_lower_table())
+        _TABLE.extend((_lower_table(), _alone_table()))
     data = np.frombuffer(text.encode(), np.uint8)
     out = np.empty(3 * len(data), np.uint8)     # a lowered character may take 3 bytes for 2
+    # at most a unit per two input bytes: a unit of one ASCII byte has a separator or a 3-byte
+    # unspaced character beside it; every other character takes 2 bytes or more
     starts, ends = np.empty(len(data) // 2 + 1, np.int64), np.empty(len(data) // 2 + 1, np.int64)
-    used, n = utf8_words(data, _TABLE[0], out, starts, ends)
+    used, n = utf8_words(data, *_TABLE, out, starts, ends)
     if used >= 0:
         return Words(out[:used].tobytes(), starts[:n], ends[:n])
     return dedup_view(text)

@@ -35,7 +35,7 @@ from pretrain.config.errors import PretrainDataError
 from pretrain.config.validate import check_data_config
 from pretrain.data import tokenizer as tokenizers
 from pretrain.data.fsutil import building, sweep_stale, temp_dir_for, write_json_atomic
-from pretrain.data.hashing import content_fingerprint, digest, file_sha256
+from pretrain.data.hashing import UNSPACED, content_fingerprint, digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
 from pretrain.data.manifest import LAYOUT, check
 from pretrain.data.sources import resolve_files
@@ -262,8 +262,10 @@ def _plan(name: str, src, cfg) -> _Source:
     files = resolve_files(name, list(src.paths)) if src.paths else []
     inputs = {"files": content_fingerprint(files),
               "builtin": sample.fingerprint(src.builtin) if src.builtin else None}
+    # the scripts shingled by character are part of what near dedup means: another table, another key
     key = digest({"v": VERSION, "inputs": inputs, "text_field": src.text_field, "clean": _plain(cfg.clean),
-                  "dedup": _plain(cfg.dedup), "val_fraction": cfg.val_fraction})
+                  "dedup": _plain(cfg.dedup), "val_fraction": cfg.val_fraction,
+                  "unspaced": UNSPACED if cfg.dedup.near else None})
     return _Source(name, files, src.builtin, src.text_field, key)
 
 
