@@ -3,11 +3,13 @@ side in one run on the same cores.
 
     python -m pretrain.bench.data [--kinds K,...] [--mb MB] [--input PATH ...] [--workers N]
                                   [--seq-length S] [--repeats R] [--engines local,ray] [--no-cli]
-                                  [--scale 1,4,16 --scale-kind K --scale-mb MB] [--nodes 1,8,64] [--quick]
+                                  [--scale 1,4,16 --scale-kind K --scale-mb MB] [--nodes 1,8,64]
+                                  [--recall-mb MB | --no-recall] [--quick]
 
-Corpora (pretrain.bench.corpora, built here from the Python installation, nothing downloaded):
+Corpora (pretrain.bench.corpora, built here from the installed packages, nothing downloaded):
 short chat-like documents with exact and near copies, long web-like prose mostly unique and with
-near copies (word edits, paragraphs reordered), code; --input times your own files instead.
+near copies (word edits, paragraphs reordered), code; Chinese chat-like documents, Chinese web-like
+prose and Chinese-English pages with exact and edited copies; --input times your own files instead.
 For each corpus, measured in this one run (throughputs in INPUT tokens per second: the tokens of
 every document read, duplicates and dropped documents included, as sentencepiece counts them):
   raw sentencepiece encode   N worker processes, each encoding single-threaded a chunk of the input
@@ -26,7 +28,9 @@ every document read, duplicates and dropped documents included, as sentencepiece
                              shuffle bytes, from the repeat of median wall time
   projection                 hours for 1 TB of input text on N 64-core nodes, computed (not measured)
                              from the per-stage CPU cost per input byte
---scale measures one kind at several sizes (peak resident MB per task as the corpus grows).
+--scale measures one kind at several sizes (peak resident MB per task as the corpus grows). Then the
+near-dedup recall table (pretrain.bench.recall: share of labelled near copies found per kind and band
+of Jaccard similarity, beside datasketch's MinHashLSH; --no-recall skips it).
 Timed rows are medians of --repeats interleaved runs (raw, then each row, their order reversed
 every other repeat). Task CPU seconds (process time of the tasks, all threads; the driver's own CPU
 not included) are shown beside wall time: on a shared machine they are the steadier figure.
@@ -303,10 +307,13 @@ def main(argv=None) -> None:
     ap.add_argument("--scale-kind", default="short-dup")
     ap.add_argument("--scale-mb", type=float, default=2.0)
     ap.add_argument("--nodes", default="1,8,64", help="node counts of the projection")
+    ap.add_argument("--recall-mb", type=float, default=2.0,
+                    help="MB of each labelled corpus of the near-dedup recall table (pretrain.bench.recall)")
+    ap.add_argument("--no-recall", action="store_true", help="skip the near-dedup recall table")
     ap.add_argument("--quick", action="store_true", help="a smoke test: 0.3 MB corpora, no command line")
     args = ap.parse_args(argv)
     if args.quick:
-        args.mb, args.no_cli = 0.3, True
+        args.mb, args.no_cli, args.recall_mb = 0.3, True, 0.15
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in corpora.KINDS]
     if unknown:
@@ -364,6 +371,11 @@ def main(argv=None) -> None:
     if ray_start is not None:
         print(f"(Ray start-up: {ray_start:.2f} s, added in the '+ Ray start-up' column only)")
     print(ASSUMPTIONS)
+    if not args.no_recall and not args.input:
+        from pretrain.bench import recall
+        cfg = compose([]).data.dedup
+        recall.run(list(corpora.RECALL_KINDS), args.recall_mb,
+                   {"threshold": cfg.threshold, "num_perm": cfg.num_perm, "shingle": cfg.shingle}, args.workers)
     print(f"load average at the end {os.getloadavg()[0]:.2f}; benchmark took "
           f"{time.perf_counter() - t_all:.0f} s")
     sys.stdout.flush()
