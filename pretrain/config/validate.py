@@ -21,7 +21,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from pretrain.config import known_keys, paths, ranges, schema
+from pretrain.config import known_keys, paths, ranges, schema, unset_keys
 from pretrain.config.attention import document_attention
 from pretrain.config.choices import BUILTIN_SOURCES, DATA_ENGINES, NORMALIZE_FORMS, PACKING_METHODS
 from pretrain.config.errors import PretrainConfigError
@@ -44,10 +44,12 @@ ARCHS = ("llama", "qwen3")
 # ---------------------------------------------------------------- verdicts
 
 def problems(cfg: DictConfig) -> List[str]:
-    """What is wrong with the config itself. Unknown keys, then values out of range, come alone: the
-    cross-field rules assume a schema-shaped config of sane numbers (no zero head count to divide by)."""
-    # keys the schema lacks (added with `+`) first: a stray phase.lr under phase=all is no phase
-    first = known_keys.unknown(cfg) or list(_ranges(cfg))
+    """What is wrong with the config itself. Unset keys, unknown keys, then values out of range, come
+    alone: the cross-field rules assume a schema-shaped config of sane numbers (no zero head count to
+    divide by)."""
+    # unset (???) keys first: any other rule would stop at the first it reads (an own option without
+    # its defaults: line); then keys the schema lacks (added with `+`): a stray phase.lr under phase=all
+    first = unset_keys.unset(cfg) or known_keys.unknown(cfg) or list(_ranges(cfg))
     if first:
         return first
     cfg = resolved(cfg)
@@ -87,7 +89,8 @@ def check_trainable(cfg: DictConfig) -> None:
 
 def check_data_config(d: DictConfig) -> None:
     """The data block alone (for `python -m pretrain.data`, which has no model to compare with)."""
-    found = list(ranges.problems_of(d, schema.DataConfig, "data")) or [*_data_alone(d), *missing_files(d)]
+    found = (unset_keys.unset(d, "data.") or list(ranges.problems_of(d, schema.DataConfig, "data"))
+             or [*_data_alone(d), *missing_files(d)])
     if found:
         raise PretrainConfigError("\n".join(found))
 
