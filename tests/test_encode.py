@@ -33,7 +33,8 @@ def _texts(n: int, seed: int) -> list:
 def _model(tmp_path, model_type: str, vocab: int = 400):
     import sentencepiece as spm
     sentences = iter(_texts(3000, seed=1) + [" ".join(WORDS) * 3] * 200)
-    cfg = SimpleNamespace(vocab_size=vocab, model_type=model_type, byte_fallback=True, train_sentences=100000)
+    cfg = SimpleNamespace(vocab_size=vocab, model_type=model_type, byte_fallback=True, train_sentences=100000,
+                          character_coverage=0.9995)
     path = train(sentences, tmp_path, cfg, threads=1)
     return spm.SentencePieceProcessor(model_file=str(path))
 

@@ -119,6 +119,9 @@ class TokenizerConfig:
     model_type: str = "bpe"
     train_sentences: int = between(1, 10**9, 200000)   # sampled line groups (~2000 chars each) to train on
     byte_fallback: bool = True                # unknown characters as byte pieces (needs vocab > 260)
+    # share of the training text's characters that must be pieces of their own (the rarest rest: bytes);
+    # sentencepiece's value for Chinese/Japanese, which keeps the common Han characters whole
+    character_coverage: float = between(0.0, 1.0, 0.9995, low_open=True)
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 Trained models reserve pad=0, eos=1 (the end-of-document token, EOD), bos=2, unk=3. They keep
 text exactly: no NFKC, no whitespace collapsing (code indentation matters), a "\\n" piece, digits
-split one per token (arithmetic), byte fallback for characters outside the vocabulary.
+split one per token (arithmetic), byte fallback for characters outside the vocabulary. The characters
+that make up data.tokenizer.character_coverage of the text (0.9995: the common Han characters of a
+Chinese corpus) are pieces of their own; the rarest rest is spelled in bytes.
 """
 import io
 import re
@@ -110,13 +112,38 @@ def train(sentences: Iterator[str], out_dir: Path, cfg, threads: int) -> Path:
     spm.set_random_generator_seed(0)   # the sentence sample, hence the model, is reproducible
     # model_writer, not model_prefix: the model records its model_prefix, and a path inside the
     # cache's temp dir would make the same tokenizer differ byte-wise between two caches.
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=sentences, model_writer=model, vocab_size=cfg.vocab_size,
-        model_type=cfg.model_type, **SPECIAL_IDS, normalization_rule_name="identity",
-        remove_extra_whitespaces=False, user_defined_symbols=["\n"], allow_whitespace_only_pieces=True,
-        split_digits=True, byte_fallback=cfg.byte_fallback, hard_vocab_limit=False,
-        max_sentence_length=8 * _SENTENCE_CHARS, num_threads=max(1, threads),
-        input_sentence_size=cfg.train_sentences, shuffle_input_sentence=True, minloglevel=2)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences, model_writer=model, vocab_size=cfg.vocab_size,
+            model_type=cfg.model_type, **SPECIAL_IDS, normalization_rule_name="identity",
+            remove_extra_whitespaces=False, user_defined_symbols=["\n"], allow_whitespace_only_pieces=True,
+            split_digits=True, byte_fallback=cfg.byte_fallback, character_coverage=cfg.character_coverage,
+            hard_vocab_limit=False, max_sentence_length=8 * _SENTENCE_CHARS, num_threads=max(1, threads),
+            input_sentence_size=cfg.train_sentences, shuffle_input_sentence=True, minloglevel=2)
+    except RuntimeError as exc:
+        too_small = _too_small(exc, cfg)
+        if too_small is None:
+            raise
+        raise too_small from None
     path = out_dir / "tokenizer.model"
     write_atomic(path, model.getvalue())
     return path
+
+
+# sentencepiece's check that every kept character (plus the byte and special pieces) fits the vocabulary
+_REQUIRED = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def _too_small(exc: RuntimeError, cfg) -> Optional[PretrainDataError]:
+    """The user's error in sentencepiece's refusal of a vocabulary smaller than the corpus's
+    characters, as one line naming the key (data.tokenizer.vocab_size follows model.vocab_size,
+    which the config rules keep equal) and the minimum sentencepiece computed; None for others."""
+    found = _REQUIRED.search(str(exc))
+    if found is None:
+        return None
+    need = int(found.group(2))
+    return PretrainDataError(
+        f"model.vocab_size={cfg.vocab_size} is too small for this corpus: its tokenizer needs at least "
+        f"{need} pieces (every character that data.tokenizer.character_coverage={cfg.character_coverage} "
+        f"keeps, plus the byte and special pieces); set model.vocab_size={need} or more, or lower "
+        f"data.tokenizer.character_coverage")
