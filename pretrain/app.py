@@ -51,7 +51,7 @@ def run_job(cfg: DictConfig) -> None:
 
 
 def execute(cfg: DictConfig) -> Dict[str, Any]:
-    """compose (done) -> check -> resolve, plan -> lock, accept, freeze -> data -> launch. Returns the
+    """compose (done) -> check -> resolve, plan -> lock, accept -> data -> freeze -> launch. Returns the
     sweep row. Below the rules every part is handed the resolved run, not the config."""
     validate.check(cfg)
     run = ResolvedRun.of(cfg)
@@ -94,18 +94,19 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     # Held until the launch returns: the in-process run, or msrun and every rank it starts.
     with rundir.RunDirLock(run_dir):
         begin = accept(run)
-        freeze(run, run_dir)
         row.update(start(run, begin))
     return row
 
 
 def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
-    """The frozen run: node scripts for several nodes; else the data ready, then trained in this
-    process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`: the
-    checkpoint it continues from (accept), whose data must be what was prepared."""
+    """The run frozen and started: node scripts for several nodes; else the data ready, then trained
+    in this process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`:
+    the checkpoint it continues from (accept), whose data must be what was prepared. Frozen only once
+    the data is ready, so a command the data step refuses leaves config.yaml and plan.json as they were."""
     from pretrain import launch
     cfg, run_dir = run.cfg, run.run_dir
     if cfg.hardware.num_nodes > 1:
+        freeze(run, run_dir)
         return launch.write_nodes(run)
     launch.check_host(run)
     from pretrain.resilience.resume import check_branch
@@ -122,6 +123,7 @@ def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
         from pretrain.resilience.identity import data_changes, data_identity
         data_changes(read_state(begin.info).get("data"), data_identity(prepared), begin.info.path,
                      bool(cfg.resilience.allow_data_change))
+    freeze(run, run_dir)
     from pretrain.train.build import pad_token_id
     launch.write_engine_yamls(run, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
     if not launch.in_process(run):
