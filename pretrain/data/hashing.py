@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 _WORDS = re.compile(r"\w+")
+_WORD = re.compile(r"\w")
 _ASCII = bytes(range(128))
 # Every byte but the ASCII \w characters made a space: a text whose characters above U+007F are
 # all non-word characters (curly quotes, dashes, most prose's only ones) is split into its words by
@@ -91,13 +92,18 @@ def joined_words(text: str) -> bytes:
     low = text.lower()
     data = low.encode("utf-8", "surrogatepass")
     if len(data) != len(low):
-        for ch in set(data.translate(None, _ASCII).decode("utf-8", "surrogatepass")):
-            word = _IS_WORD.get(ch)
-            if word is None:
-                word = _IS_WORD[ch] = _WORDS.match(ch) is not None
-            if word:
-                return " ".join(_WORDS.findall(low)).encode()
+        rest = data.translate(None, _ASCII).decode("utf-8", "surrogatepass")
+        # Chinese: a word character comes first, found at once; English prose: a few quotes and dashes
+        if _WORD.search(rest) if len(rest) > 64 else any(map(_is_word, rest)):
+            return " ".join(_WORDS.findall(low)).encode("utf-8", "surrogatepass")
     return b" ".join(data.translate(_SPACE_NON_WORD).split())
+
+
+def _is_word(ch: str) -> bool:
+    word = _IS_WORD.get(ch)
+    if word is None:
+        word = _IS_WORD[ch] = _WORDS.match(ch) is not None
+    return word
 
 
 class Words:
