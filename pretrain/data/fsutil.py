@@ -22,10 +22,13 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
 
 
-def save_npy_atomic(path: Path, array: np.ndarray) -> None:
+def save_npy_atomic(path: Path, array: np.ndarray) -> bytes:
+    """The file's bytes, as written (a caller checksums them)."""
     buf = io.BytesIO()
     np.save(buf, array)
-    write_atomic(path, buf.getvalue())
+    data = buf.getvalue()
+    write_atomic(path, data)
+    return data
 
 
 # A build's temp directory is named after its owner, `.<final>.tmp-<host>-<pid>`, so a later run

@@ -21,117 +21,37 @@ Labels stay valid token ids everywhere (padding -> pad_id); loss_mask is what ex
 and the step across a document boundary (EOD -> next document's first token), so a loss of
 sum(ce(logits, labels) * loss_mask) / sum(loss_mask) is correct as is.
 
-MindRecord shards are read once through MindDataset and kept as .npy files beside them
-(named by the shard's checksum), then memory-mapped. Cached .npy files are checked before they
-are mapped (header, file size, row count, token total against the manifest); a damaged one is
-rebuilt from its shard, with a warning line, and a shard is read only after its checksum matches.
+Rows come from each shard's row cache (pretrain.data.rowcache: memory-mapped .npy files beside
+the shard, built from it once): no row reaches a batch before its bytes match the checksums written
+with the cache and its token ids are below the vocabulary size; a damaged cache is rebuilt from the
+verified shard, with a warning line, and the batch is what a clean cache gives.
 """
-import sys
-from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from pretrain.config.errors import PretrainDataError
 from pretrain.config.layout import ParallelLayout
-from pretrain.data.fsutil import save_npy_atomic
 from pretrain.data.hashing import stable_int
 from pretrain.data.mixture import MixtureSchedule
 from pretrain.data.prepare import Prepared
+from pretrain.data.rowcache import ShardRows
 
 SPLITS = ("train", "val")
-
-
-class ShardRows:
-    """One shard's rows: ids [N, capacity], segment lengths, tokens per row (memory-mapped)."""
-
-    def __init__(self, path: Path, sha256: str, rows: int, capacity: int,
-                 tokens: Optional[int] = None) -> None:
-        if rows == 0:
-            self.ids = np.zeros((0, capacity), np.int32)
-            self.seg_lens, self.seg_off = np.zeros(0, np.int32), np.zeros(1, np.int64)
-        else:
-            self.ids, self.seg_lens, self.seg_off = _cached_read(path, sha256, rows, capacity, tokens)
-        cum = np.concatenate([[0], np.cumsum(self.seg_lens, dtype=np.int64)])
-        self.row_tokens = cum[self.seg_off[1:]] - cum[self.seg_off[:-1]]
-
-    def row(self, i: int) -> Tuple[np.ndarray, np.ndarray]:
-        return self.ids[i], self.seg_lens[self.seg_off[i]:self.seg_off[i + 1]]
-
-
-def _cached_read(path: Path, sha256: str, rows: int, capacity: int, tokens: Optional[int]):
-    stem = path.with_name(f"{path.name}.{sha256[:16]}")
-    files = [Path(f"{stem}.{part}.npy") for part in ("ids", "seg_lens", "seg_off")]
-    if all(f.exists() for f in files):
-        why = _cache_problem(files, rows, capacity, tokens)
-        if why is None:
-            return tuple(np.load(f, mmap_mode="r") for f in files)
-        print(f"warning: {why}; rebuilding the cached rows of {path.name} from the shard",
-              file=sys.stderr, flush=True)
-    _write_cache(path, sha256, files)
-    why = _cache_problem(files, rows, capacity, tokens)
-    if why is not None:
-        raise PretrainDataError(f"{path}: {why}; the dataset in {path.parent} does not match its manifest: "
-                                f"delete that directory and prepare again to rebuild it")
-    return tuple(np.load(f, mmap_mode="r") for f in files)
-
-
-def _write_cache(path: Path, sha256: str, files: List[Path]) -> None:
-    from pretrain.data.hashing import file_sha256
-    from pretrain.data.shards import read_shard
-    try:
-        same = file_sha256(path) == sha256       # read once per shard: the cost of the read itself
-    except OSError as exc:
-        raise PretrainDataError(f"{path}: cannot read it ({exc.strerror}); delete {path.parent} and prepare "
-                                f"again to rebuild the dataset") from None
-    if not same:
-        raise PretrainDataError(f"{path}: its checksum differs from its manifest's (the file was changed "
-                                f"or damaged); delete {path.parent} and prepare again to rebuild the dataset")
-    for f, array in zip(files, read_shard(path)):
-        save_npy_atomic(f, array)     # overwrites in place: a rank that mapped the old file keeps it
-
-
-def _npy_problem(f: Path) -> Optional[str]:
-    """Why a .npy file cannot be mapped (a header that does not parse, a size that is not the
-    header plus the data), or None."""
-    try:
-        with open(f, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
-            shape, _, dtype = read(fh)
-            want = fh.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        have = f.stat().st_size
-    except (OSError, ValueError) as exc:
-        return f"{f}: unreadable ({exc})"
-    return None if have == want else f"{f}: {have} bytes, expected {want} (truncated or damaged)"
-
-
-def _cache_problem(files: List[Path], rows: int, capacity: int, tokens: Optional[int]) -> Optional[str]:
-    """Why the cached rows of a shard cannot be used, or None."""
-    for f in files:
-        why = _npy_problem(f)
-        if why:
-            return why
-    ids, seg_lens, seg_off = (np.load(f, mmap_mode="r") for f in files)
-    if ids.shape != (rows, capacity):
-        return f"{files[0]}: holds {ids.shape} rows x tokens, the manifest says ({rows}, {capacity})"
-    if seg_off.shape != (rows + 1,) or seg_off[0] != 0 or seg_off[-1] != len(seg_lens) or \
-            (tokens is not None and int(np.sum(seg_lens, dtype=np.int64)) != tokens):
-        return f"{files[1]}: document lengths do not add up to the manifest's {tokens} tokens in {rows} rows"
-    return None
 
 
 class _RankView:
     """The rows of one dataset and split, in the order they were packed (every rank draws from all
     of them: the module doc says which of them a rank trains)."""
 
-    def __init__(self, prepared: Prepared, split: str) -> None:
+    def __init__(self, prepared: Prepared, split: str, vocab_size: Optional[int]) -> None:
         info = prepared.manifest[split]["shards"]
         capacity = prepared.seq_length + 1
         paths = prepared.train_shards if split == "train" else prepared.val_shards
-        self.shards = [ShardRows(paths[s], info[s]["sha256"], info[s]["rows"], capacity,
-                                 info[s].get("tokens")) for s in range(len(info))]
+        vocab = prepared.manifest["tokenizer"]["vocab_size"] if vocab_size is None else vocab_size
+        self.shards = [ShardRows(path, e["sha256"], e["rows"], capacity, e.get("tokens"),
+                                 index_sha256=e.get("index_sha256"), vocab_size=vocab)
+                       for path, e in zip(paths, info)]
         shard_of = np.concatenate([np.full(len(sh.ids), k, np.int64) for k, sh in enumerate(self.shards)])
         row_of = np.concatenate([np.arange(len(sh.ids), dtype=np.int64) for sh in self.shards])
         # one fixed order over every shard's rows (row r of each shard in turn): the same for every
@@ -172,7 +92,9 @@ def rows_to_batch(rows: List[Tuple[np.ndarray, np.ndarray]], seq_length: int) ->
 class BatchLoader:
     def __init__(self, prepared: Dict[str, Prepared], weights: Dict[str, float], *, batch_size: int,
                  seq_length: int, seed: int, dp_rank: int = 0, dp_size: int = 1,
-                 split: str = "train") -> None:
+                 split: str = "train", vocab_size: Optional[int] = None) -> None:
+        """vocab_size: the model's (model.vocab_size); every token id is checked to be below it before
+        a batch holds it (None: each dataset's tokenizer's, from its manifest)."""
         if split not in SPLITS:
             raise PretrainDataError(f"split {split!r}: one of {', '.join(SPLITS)}")
         if not 0 <= dp_rank < dp_size or batch_size < 1:
@@ -194,7 +116,7 @@ class BatchLoader:
         # global sample order (module doc): every rank draws from all rows with the keys of rank 0 of
         # 1, so a dp1 run samples exactly as before and a dp-n run splits the same global slots
         self.dp_rank, self.dp_size = dp_rank, dp_size
-        self.views = [_RankView(prepared[n], split) for n in self.names]
+        self.views = [_RankView(prepared[n], split, vocab_size) for n in self.names]
         for n, v in zip(self.names, self.views):
             if not len(v):
                 hint = " or data.val_fraction too small" if split == "val" else ""

@@ -86,9 +86,17 @@ class CoreFile:
     def commit(self) -> None:
         """Flush the file, build its .db index, and leave both owner read/write (as FileWriter)."""
         self._done(self._writer.commit(), "commit")
-        index = self._c.ShardIndexGenerator(os.path.realpath(self.path), False)
-        self._done(index.build(), "index build")
-        self._done(index.write_to_db(), "index write")
-        for f in (self.path, Path(f"{self.path}.db")):
-            if f.exists():
-                os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+        write_index(self.path)
+
+
+def write_index(path: Path) -> None:
+    """Build the .db index beside a committed MindRecord file (`<path>.db`, which must not exist yet),
+    owner read/write as FileWriter leaves it. The index depends only on the file's bytes and name, so
+    it is built again byte-identical from the file alone (rowcache.py repairs a damaged one so)."""
+    c = core()
+    index = c.ShardIndexGenerator(os.path.realpath(path), False)
+    _check(index.build() == c.MSRStatus.SUCCESS, "index build", Path(path))
+    _check(index.write_to_db() == c.MSRStatus.SUCCESS, "index write", Path(path))
+    for f in (Path(path), Path(f"{path}.db")):
+        if f.exists():
+            os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
