@@ -1,13 +1,18 @@
-"""Chinese prose from jieba's dictionary (pretrain.data.chinese), the sample corpus's Chinese text."""
+"""Chinese prose from jieba's dictionary (pretrain.data.chinese), and the sample corpus's Chinese
+documents made of it (pretrain.data.sample: articles in general, instruction pairs in anneal)."""
+import itertools
 import random
 import re
 from collections import Counter
 
 import pytest
 
+from pretrain.config.compose import compose
 from pretrain.config.errors import PretrainDataError
-from pretrain.data import chinese
+from pretrain.data import chinese, sample
 from pretrain.data.chinese import COMMON_CHARS, prose
+from pretrain.data.clean import Cleaner
+from pretrain.data.documents import Doc
 
 _HAN = re.compile("[\u4e00-\u9fff]")
 _PUNCTUATION = set("，。；：！？、“”《》")
@@ -47,3 +52,40 @@ def test_missing_dictionary_is_one_line_naming_what_to_install(monkeypatch):
     with pytest.raises(PretrainDataError, match=r"jieba/dict.txt.*pip install jieba") as info:
         chinese.dictionary_path()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("make, prefix", [(sample.zh_articles, b"zh-article:"),
+                                          (sample.zh_pairs, b"zh-pair:")])
+def test_the_samples_chinese_documents_are_stable_keyed_and_pass_the_default_filters(make, prefix):
+    """Keyed by their place in the stream (the held-out split follows the key, so it is the same in
+    every build), and none dropped by the default cleaning (a "6 × -15" once failed the symbol ratio)."""
+    docs = list(itertools.islice(make(random.Random(5)), 400))
+    again = itertools.islice(make(random.Random(5)), 400)
+    assert [(d.text, d.key) for d in docs] == [(d.text, d.key) for d in again]
+    assert [d.key for d in docs] == [prefix + str(i).encode() for i in range(400)]
+    clean = Cleaner(compose([]).data.clean)
+    assert [(reason, d.text) for d in docs for _, reason in [clean(d.text)] if reason] == []
+    assert all(len(_HAN.findall(d.text)) >= 5 for d in docs)
+
+
+def test_interleaving_keeps_the_languages_mixed_all_along():
+    english = [Doc("e" * 100, key=b"e%d" % i) for i in range(100)]
+    chinese_docs = [Doc("中" * 300, key=b"z%d" % i) for i in range(30)]
+    out = list(sample._interleave(iter(english), iter(chinese_docs)))
+    assert [d for d in out if d.key.startswith(b"e")] == english
+    assert [d for d in out if d.key.startswith(b"z")] == chinese_docs
+    gap = 0
+    last_chinese = max(i for i, d in enumerate(out) if d.key.startswith(b"z"))
+    for d in out[:last_chinese]:       # while both flow, neither runs ahead by more than a document
+        gap += len(d.text) if d.key.startswith(b"e") else -len(d.text)
+        assert abs(gap) <= 300
+
+
+def test_the_samples_cache_key_follows_jiebas_dictionary(tmp_path, monkeypatch):
+    before = {b: sample.fingerprint(b) for b in sample.BUILTINS}
+    edited = tmp_path / "dict.txt"
+    edited.write_bytes(chinese.dictionary_path().read_bytes() + "新词 3 n\n".encode())
+    monkeypatch.setattr(chinese, "dictionary_path", lambda: edited)
+    after = {b: sample.fingerprint(b) for b in sample.BUILTINS}
+    assert after["general"] != before["general"] and after["anneal"] != before["anneal"]
+    assert after["reasoning"] == before["reasoning"]           # no Chinese there: still reused

@@ -1,12 +1,15 @@
 """The embedded data=sample corpus, prepared once per session in the shared data cache (~20-40 s on
 2 cores, so slow: the end-to-end tests that train on it reuse it)."""
+import random
 import re
 
 import pytest
 
 from pretrain.config.compose import compose
-from pretrain.data import prepare, tokenizer_vocab_size
+from pretrain.data import prepare, sample as sample_corpus, tokenizer_vocab_size
+from pretrain.data.chinese import prose
 from pretrain.data.docstore import DocStore
+from pretrain.data.hashing import is_validation
 from pretrain.data.loader import BatchLoader
 from tests.test_data_pipeline import realised_shares
 
@@ -83,3 +86,48 @@ def test_held_out_stdlib_objects_are_held_out_in_every_phase(sample):
     assert len(val_general) > 20 and len(train_anneal) > 1000
     assert not val_general & train_anneal
     assert _qualnames(anneal, True, asked) & val_general          # and the pattern does match held-out ones
+
+
+_HAN = re.compile("[\u4e00-\u9fff]")
+
+
+def _store(sample, source: str) -> DocStore:
+    return DocStore(next(sample["general"].dir.parent.parent.glob(f"clean/{source}-*")))
+
+
+def _chinese(text: str) -> bool:
+    return len(_HAN.findall(text)) > 0.1 * len(text)
+
+
+@pytest.mark.parametrize("source, share", [("general", 0.5), ("anneal", 0.2)])
+def test_chinese_is_its_share_of_the_characters_in_both_splits(sample, source, share):
+    store = _store(sample, source)
+    for held_out in (False, True):
+        texts = list(store.iter_texts(held_out))
+        chinese = sum(len(t) for t in texts if _chinese(t)) / sum(len(t) for t in texts)
+        assert abs(chinese - share) < (0.05 if not held_out else 0.15), (held_out, chinese)
+
+
+def test_chinese_articles_are_held_out_by_their_key(sample, cfg):
+    """The split of a generated article is its key's (its place in the stream), in every build."""
+    store = _store(sample, "general")
+    kept = {t: held for held in (False, True) for t in store.iter_texts(held) if _chinese(t)}
+    flags = {}
+    for doc in sample_corpus.zh_articles(random.Random(3)):
+        if len(flags) == len(kept):
+            break
+        if doc.text in kept:
+            flags[doc.text] = is_validation(doc.key, cfg.data.val_fraction)
+    assert flags == kept and 0 < sum(flags.values()) < len(flags)
+
+
+def test_the_tokenizer_keeps_common_han_characters_as_pieces(sample):
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=str(sample["general"].tokenizer_path))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    assert len([p for p in pieces if len(p) == 1 and _HAN.match(p)]) > 2000
+    assert len([p for p in pieces if len(p) > 1 and all(_HAN.match(c) for c in p)]) > 50     # words too
+    text = prose().paragraph(random.Random(11), 40)
+    ids = sp.encode(text)
+    assert sp.decode(ids) == text and len(ids) < len(text)
+    assert sum(map(sp.is_byte, ids)) < 0.02 * len(ids)        # the rare rest: byte fallback

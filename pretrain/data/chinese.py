@@ -169,6 +169,10 @@ class ChineseProse:
 
     # ---------------------------------------------------------------- public
 
+    def noun(self, rng: random.Random) -> str:
+        """A noun, place or organisation: what an article or a question is about."""
+        return self.pool[rng.choice(("n", "n", "n", "place", "org"))](rng)
+
     def sentence(self, rng: random.Random, most: int = 30) -> str:
         """One sentence of about 4..most words, clauses joined by conjunctions, ，；： and ending
         in 。！？ (a question often with its particle: 吗 呢)."""

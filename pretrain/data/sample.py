@@ -2,19 +2,24 @@
 
 One source per phase, all real text and nothing downloaded:
 - general:   English prose: the language reference topics that pydoc ships (pydoc_data) and the
-             docstrings of the standard library's modules, classes and functions.
+             docstrings of the standard library's modules, classes and functions; interleaved with
+             as many characters of Chinese encyclopedia-like and web-like articles, generated from
+             jieba's dictionary (pretrain.data.chinese), as a Chinese-English corpus has.
 - reasoning: code (standard-library functions, their real source) plus generated arithmetic,
              algebra and logic problems with worked solutions.
 - anneal:    instruction/answer pairs made from the same material ("Explain what `json.dumps`
-             does." -> its docstring; "Write `textwrap.dedent`..." -> its source; problems).
+             does." -> its docstring; "Write `textwrap.dedent`..." -> its source; problems), and
+             Chinese ones (worked problems, continuing a paragraph, titling an article).
 
 Sources are parsed with `ast` (never imported: importing the whole stdlib is slow and has side
 effects). Everything is deterministic for a given Python installation; the held-out split is
 keyed by the stdlib object a document comes from, so "json.dumps" is held out in all three
-sources at once and never leaks from one phase's training data into another's validation.
+sources at once and never leaks from one phase's training data into another's validation (a
+generated Chinese document is keyed by its place in its stream).
 """
 import ast
 import functools
+import itertools
 import random
 import sys
 import sysconfig
@@ -24,6 +29,7 @@ from math import gcd
 from pathlib import Path
 from typing import Callable, Iterator, List, Tuple
 
+from pretrain.data import chinese
 from pretrain.data.hashing import file_sha256, stable_int
 from pretrain.data.documents import Doc
 
@@ -31,6 +37,8 @@ BUILTINS = ("general", "reasoning", "anneal")
 # Characters per source: enough for the tiny model's ~600k-token curriculum without repeats,
 # small enough to prepare in well under a minute on two cores.
 BUDGET = {"general": 2_500_000, "reasoning": 2_000_000, "anneal": 1_200_000}
+# The Chinese share of a source's characters: half of a general-phase corpus is Chinese text.
+CHINESE = {"general": 0.5, "anneal": 0.2}
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "turtledemo",
               "ensurepip", "pydoc_data", "__pycache__"}
 
@@ -40,9 +48,14 @@ def stdlib_dir() -> Path:
 
 
 def fingerprint(builtin: str) -> dict:
-    """What the generated text depends on: this generator's code and the Python installation."""
-    return {"builtin": builtin, "generator": file_sha256(Path(__file__)), "python": sys.version,
-            "stdlib": str(stdlib_dir())}
+    """What the generated text depends on: this generator's code and the Python installation, and
+    for the sources with Chinese text the Chinese generator's code and jieba's dictionary."""
+    out = {"builtin": builtin, "generator": file_sha256(Path(__file__)), "python": sys.version,
+           "stdlib": str(stdlib_dir())}
+    if builtin in CHINESE:
+        out["chinese"] = {"generator": file_sha256(Path(chinese.__file__)),
+                          "dictionary": chinese.dictionary_sha256()}
+    return out
 
 
 def documents(builtin: str) -> Iterator[Doc]:
@@ -137,6 +150,21 @@ def _take(docs: Iterator[Doc], budget: int) -> Iterator[Doc]:
         yield d
 
 
+def _interleave(*streams: Iterator[Doc]) -> Iterator[Doc]:
+    """The documents of all streams, each next one from the stream that has given the fewest
+    characters so far: the languages stay mixed throughout the source (and in any part of it that
+    the tokenizer's sample or a short run reads), not one after the other."""
+    live = [[0, i, s] for i, s in enumerate(streams)]
+    while live:
+        entry = min(live)
+        d = next(entry[2], None)
+        if d is None:
+            live.remove(entry)
+            continue
+        entry[0] += len(d.text)
+        yield d
+
+
 # ---------------------------------------------------------------- the three sources
 
 def _general() -> Iterator[Doc]:
@@ -154,7 +182,8 @@ def _general() -> Iterator[Doc]:
                     "class": f"class {e.qualname}{e.signature}",
                     "function": f"{e.qualname}{e.signature}"}[e.kind]
             yield Doc(f"{head}\n\n{e.doc}", key=e.key)
-    return _take(gen(), BUDGET["general"])
+    zh = int(BUDGET["general"] * CHINESE["general"])
+    return _interleave(_take(gen(), BUDGET["general"] - zh), _take(zh_articles(random.Random(3)), zh))
 
 
 def _reasoning() -> Iterator[Doc]:
@@ -169,10 +198,11 @@ def _reasoning() -> Iterator[Doc]:
     yield from _take(problem_sets(random.Random(1), most=4), BUDGET["reasoning"] - code_budget)
 
 
-def _anneal() -> Iterator[Doc]:
-    def pair(instruction: str, response: str) -> str:
-        return f"### Instruction\n{instruction}\n\n### Response\n{response}"
+def pair(instruction: str, response: str) -> str:
+    return f"### Instruction\n{instruction}\n\n### Response\n{response}"
 
+
+def _anneal() -> Iterator[Doc]:
     def from_stdlib():
         for i, e in enumerate(_hash_order(stdlib_entries(), "anneal:")):
             if not (e.public and e.doc):
@@ -190,14 +220,112 @@ def _anneal() -> Iterator[Doc]:
             else:
                 yield Doc(pair(f"Explain what `{e.qualname}` does.", e.doc), key=e.key)
 
-    stdlib_budget = int(BUDGET["anneal"] * 0.75)
-    yield from _take(from_stdlib(), stdlib_budget)
+    zh = int(BUDGET["anneal"] * CHINESE["anneal"])
+    stdlib_budget = int(BUDGET["anneal"] * 0.75) - zh
 
     def solved():
         for p in problems(random.Random(2)):
             yield Doc(pair(f"Solve the following problem and show your work.\n{p.question}",
                            f"{p.solution}\nAnswer: {p.answer}"))
-    yield from _take(solved(), BUDGET["anneal"] - stdlib_budget)
+    english = itertools.chain(_take(from_stdlib(), stdlib_budget),
+                              _take(solved(), BUDGET["anneal"] - zh - stdlib_budget))
+    yield from _interleave(english, _take(zh_pairs(random.Random(4)), zh))
+
+
+# ---------------------------------------------------------------- Chinese documents
+
+_SECTIONS = ("概述", "历史", "发展", "特点", "分布", "结构", "影响", "现状", "研究", "评价")
+
+
+def _year(rng: random.Random) -> str:
+    return f"{rng.randint(1840, 2023)}年"
+
+
+def _paragraph(rng: random.Random, least: int, most: int) -> str:
+    """A paragraph of least..most sentences, some dated (digits in Chinese text, as in real articles)."""
+    p = chinese.prose()
+    return "".join((f"{_year(rng)}，" if rng.random() < 0.1 else "") + p.sentence(rng)
+                   for _ in range(rng.randint(least, most)))
+
+
+def _encyclopedia(rng: random.Random) -> str:
+    p = chinese.prose()
+    title = p.noun(rng)
+    lead = f"{title}是{p.noun(rng)}的{p.noun(rng)}。" + _paragraph(rng, 1, 3)
+    sections = rng.sample(_SECTIONS, rng.randint(2, 4))
+    return "\n\n".join([title, lead] + [f"{h}\n{_paragraph(rng, 2, 6)}" for h in sections])
+
+
+def _web_page(rng: random.Random) -> str:
+    p = chinese.prose()
+    headline = p.sentence(rng, most=10)[:-1]
+    date = f"{rng.randint(2005, 2023)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    byline = f"发布时间：{date}　来源：{p.noun(rng)}网"
+    body = [_paragraph(rng, 1, 5) for _ in range(rng.randint(2, 7))]
+    return "\n".join([headline, byline, *body] + (["（完）"] if rng.random() < 0.3 else []))
+
+
+def zh_articles(rng: random.Random) -> Iterator[Doc]:
+    """Chinese encyclopedia-like and web-like articles, endlessly; each keyed by its number."""
+    for i in itertools.count():
+        make = _encyclopedia if rng.random() < 0.5 else _web_page
+        yield Doc(make(rng), key=f"zh-article:{i}".encode())
+
+
+def _zh_multiply(rng: random.Random) -> Tuple[str, str]:
+    a, b = rng.randint(12, 999), rng.randint(12, 99)
+    tens, ones = b - b % 10, b % 10
+    return (f"计算 {a} × {b}。",
+            f"把 {b} 拆成 {tens} + {ones}。{a} × {tens} = {a * tens}，{a} × {ones} = {a * ones}。"
+            f"两部分相加：{a * tens} + {a * ones} = {a * b}。\n答案：{a * b}")
+
+
+def _zh_divide(rng: random.Random) -> Tuple[str, str]:
+    d, n = rng.randint(3, 19), rng.randint(100, 9999)
+    q, m = divmod(n, d)
+    return (f"求 {n} 除以 {d} 的商和余数。",
+            f"{d} × {q} = {d * q}，{n} − {d * q} = {m}，{m} 小于 {d}。所以 {n} = {d} × {q} + {m}。"
+            f"\n答案：商 {q}，余数 {m}")
+
+
+def _zh_linear(rng: random.Random) -> Tuple[str, str]:
+    a, x, b = rng.randint(2, 12), rng.randint(1, 30), rng.randint(1, 50)   # no negatives: no "× -15"
+    c = a * x + b
+    return (f"解方程：{a}x + {b} = {c}。",
+            f"两边同时减去 {b}：{a}x = {c - b}。两边同时除以 {a}：x = {x}。"
+            f"检验：{a} × {x} + {b} = {c}。\n答案：x = {x}")
+
+
+def _zh_percent(rng: random.Random) -> Tuple[str, str]:
+    p, n = rng.choice([5, 10, 15, 20, 25, 40, 50, 75]), rng.randint(2, 500) * 20
+    return (f"{n} 的 {p}% 是多少？",
+            f"{p}% 就是 {p}/100。{n} × {p} = {n * p}，{n * p} ÷ 100 = {n * p / 100:g}。"
+            f"\n答案：{n * p / 100:g}")
+
+
+def _zh_continue(rng: random.Random) -> Tuple[str, str]:
+    return f"请续写下面这段文字：\n{_paragraph(rng, 2, 3)}", _paragraph(rng, 2, 4)
+
+
+def _zh_introduce(rng: random.Random) -> Tuple[str, str]:
+    p = chinese.prose()
+    title = p.noun(rng)
+    return f"请简要介绍“{title}”。", f"{title}是{p.noun(rng)}的{p.noun(rng)}。" + _paragraph(rng, 2, 4)
+
+
+def _zh_title(rng: random.Random) -> Tuple[str, str]:
+    article = _web_page(rng).split("\n")
+    return "为下面的文章拟一个标题：\n" + "\n".join(article[2:]), article[0]
+
+
+_ZH_TASKS = (_zh_multiply, _zh_divide, _zh_linear, _zh_percent, _zh_continue, _zh_introduce, _zh_title)
+
+
+def zh_pairs(rng: random.Random) -> Iterator[Doc]:
+    """Chinese instruction/answer pairs, endlessly: worked problems and writing tasks."""
+    for i in itertools.count():
+        instruction, response = rng.choice(_ZH_TASKS)(rng)
+        yield Doc(pair(instruction, response), key=f"zh-pair:{i}".encode())
 
 
 # ---------------------------------------------------------------- generated problems
