@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from pretrain.config.errors import PretrainDataError
-from pretrain.data import prepare
+from pretrain.data import prepare, rowcache
 from pretrain.data.loader import BatchLoader
 from pretrain.data.prepare import Prepared
 from pretrain.data.rowcache import ShardRows
@@ -130,25 +130,34 @@ def test_a_damaged_row_cache_is_rebuilt_and_the_batches_are_a_clean_runs(built, 
     assert same_batches(prepared, built[2]) and not warnings(capsys)     # rebuilt once, then verified
 
 
-def test_a_damaged_block_is_caught_when_its_row_is_first_read_not_before(built, tmp_path, capsys):
+def test_a_damaged_block_is_caught_when_its_row_is_first_read_not_before(built, tmp_path, capsys,
+                                                                        monkeypatch):
     """Opening hashes only the small files (cost O(rows), module doc); the ids are verified block by
     block before any of their rows is handed out."""
     prepared = copy(built, tmp_path)
     info = prepared["web"].manifest["train"]["shards"][0]
-    ids = cache_file(prepared, ".ids.npy")
-    sums = json.loads(cache_file(prepared, ".sums.json").read_text())["ids"]
+
+    def shard_rows():
+        return ShardRows(prepared["web"].train_shards[0], info["sha256"], info["rows"], SEQ + 1,
+                         info["tokens"], index_sha256=info["index_sha256"], vocab_size=400)
+
+    for f in prepared["web"].dir.glob("train-*.mindrecord.*.*"):
+        f.unlink()
+    monkeypatch.setattr(rowcache, "BLOCK_BYTES", 1 << 16)   # this small shard in blocks of 252 rows
+    shard_rows()
+    block_rows = json.loads(cache_file(prepared, ".sums.json").read_text())["ids"]["block_rows"]
     last = info["rows"] - 1
-    assert last // sums["block_rows"] >= 1                  # the last row is not in the first block
-    offset = np.load(ids, mmap_mode="r").offset
-    overwrite(ids, offset + last * (SEQ + 1) * 4, np.full(SEQ + 1, 5, np.int32).tobytes())
-    rows = ShardRows(prepared["web"].train_shards[0], info["sha256"], info["rows"], SEQ + 1, info["tokens"],
-                     index_sha256=info["index_sha256"], vocab_size=400)
+    assert last // block_rows >= 1                          # the last row is not in the first block
+    ids = cache_file(prepared, ".ids.npy")
+    overwrite(ids, np.load(ids, mmap_mode="r").offset + last * (SEQ + 1) * 4,
+              np.full(SEQ + 1, 5, np.int32).tobytes())
     capsys.readouterr()
+    rows = shard_rows()
     first, _ = rows.row(0)
     assert not warnings(capsys)
     row, _ = rows.row(last)
     (line,) = warnings(capsys)
-    assert f"rows {last // sums['block_rows'] * sums['block_rows']}-{last} differ" in line
+    assert f"rows {last // block_rows * block_rows}-{last} differ" in line
     assert not (np.asarray(row) == 5).all() and np.array_equal(first, rows.row(0)[0])
 
 
