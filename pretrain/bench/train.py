@@ -206,7 +206,8 @@ def main(argv) -> None:
         ),
     )
     total = (rounds + 1) * steps
-    plan = PhasePlan(str(phase.name), phase_lr(str(phase.name), total, phase.lr, 0.0), loader, None)
+    phase = run.phases[0]
+    plan = PhasePlan(phase.name, phase_lr(phase.name, total, phase.node.lr, 0.0), loader, None)
     trainer.state.phase = plan.name
     metrics.start_phase(plan.name, total)
 

@@ -1,0 +1,104 @@
+"""Every benchmark runs (issue 40): each `python -m pretrain.bench.<name>` as a user starts it, in its
+tiniest form (the shrunken model, a few steps or repeats), to the end of its report. What is checked is
+that the report is complete and consistent, never a timing: the figures are the benchmark's to measure
+on an idle machine. (bench.data has its own tests: tests/test_bench_data.py.)"""
+import re
+import subprocess
+import sys
+
+import pytest
+
+from pretrain.bench import SMALL_MODEL
+from pretrain.bench.engine import SMALL as ENGINE_SMALL
+from tests.conftest import python_env
+
+NUMBER = r"[+-]?\d+(?:\.\d+)?"
+
+
+@pytest.fixture
+def bench(tmp_path, data_cache):
+    """bench(name, *args) runs `python -m pretrain.bench.<name> ARGS` in tmp_path over the session's
+    data cache, its scratch dirs (tempfile) under tmp_path/scratch; returns (stdout, scratch)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def run(name, *args, timeout=900):
+        proc = subprocess.run([sys.executable, "-m", f"pretrain.bench.{name}", *args], cwd=tmp_path,
+                              env=python_env(data_cache, {"TMPDIR": str(scratch)}), capture_output=True,
+                              text=True, timeout=timeout)
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        return proc.stdout, scratch
+    return run
+
+
+def test_resilience_bench_quick(bench):
+    """Save stall, background write, verify and load of a shrunken model's checkpoint: seconds."""
+    out, scratch = bench("resilience", "--repeats", "1", "--steps", "1", *SMALL_MODEL)
+    assert re.search(r"model=tiny: 0\.60M params, checkpoint \d+\.\d MiB \(weights \+ Adam m/v \+ state\), "
+                     r"\d+ cores, medians of 1", out), out
+    for row in ("proxy training step", "sync:  save stall", "async: save stall (snapshot)", "until durable, idle",
+                "verify (size + sha256)", "load, verified already", "load incl. verify"):
+        assert re.search(rf"{re.escape(row)}\s+{NUMBER} ms", out), (row, out)
+    assert list(scratch.iterdir()) == []   # its checkpoints were a TemporaryDirectory
+
+
+@pytest.mark.slow   # ~1 min: five variants compile their own graphs
+def test_train_bench(bench):
+    out, scratch = bench("train", "rounds=1", "steps=1", *SMALL_MODEL)
+    assert "model=tiny (598,336 params), 8 x 64 = 512 tokens/step" in out and "1 rounds x 1 steps" in out, out
+    rows = dict(re.findall(rf"^(bare_jit|bare_cell|step|-clip|loop)\s+\d+\.\d+\s+\d+\s+({NUMBER})%$", out, re.M))
+    assert list(rows) == ["bare_jit", "bare_cell", "step", "-clip", "loop"], out
+    assert "+0.0" in (rows["bare_jit"], rows["bare_cell"]), rows   # the faster bare variant is the base
+    assert re.search(rf"^our loop costs {NUMBER}% over the faster bare step \(goal <= \+5%\): (met|NOT met)$",
+                     out, re.M), out
+    # the loop variant logged its steps as `python -m pretrain` does: 2 rounds (warm-up + 1) of 1 step
+    (metrics,) = scratch.glob("bench-train-*/metrics.jsonl")
+    assert metrics.read_text().count('"kind": "train"') == 2
+
+
+@pytest.mark.slow   # ~1 min: two graphs
+def test_train_bench_document_mask(bench):
+    out, _ = bench("train", "compare=document_mask", "rounds=1", "steps=1", *SMALL_MODEL)
+    assert re.search(r"^mask on\s+\d+\.\d+ s/step\s+\d+ tokens/s$", out, re.M), out
+    assert re.search(r"^mask off\s+\d+\.\d+ s/step\s+\d+ tokens/s$", out, re.M), out
+    assert re.search(r"^step time mask on / off: \d+\.\d+$", out, re.M), out
+
+
+@pytest.mark.slow   # two short trainings, one per engine
+def test_engine_bench(bench):
+    tiny = [o for o in ENGINE_SMALL if not o.startswith("train.total_tokens=")] + ["train.total_tokens=3000"]
+    out, _ = bench("engine", *tiny)
+    found = re.search(r"pretrain (\d+) \| mindformers (\d+) \| mindformers/pretrain (\d+\.\d+)", out)
+    assert found and int(found[1]) > 0 and int(found[2]) > 0, out
+
+
+@pytest.mark.slow   # two short trainings of 7 steps
+def test_dssn_bench(bench):
+    out, scratch = bench("dssn", "model.num_layers=2", "train.total_tokens=5120")
+    steps = re.findall(rf"^\s+(\d+)(?:\s+{NUMBER}){{4}}$", out, re.M)
+    assert steps == ["1", "7"], out   # every 10th step and the last, of 0.7 x 5120 / 512 = 7
+    for name in ("dssn", "pre-norm"):
+        assert re.search(rf"^{name}: loss spikes .* max grad norm {NUMBER}$", out, re.M), out
+    (png,) = scratch.glob("bench-dssn-*/dssn.png")
+    assert f"curves: {png}" in out and png.stat().st_size > 10_000
+
+
+@pytest.mark.slow   # one process and msrun's two ranks, then a kill -9
+def test_launch_bench(bench):
+    out, _ = bench("launch", "steps=3", *SMALL_MODEL)
+    rows = {m[0]: m[1:] for m in re.findall(r"^(single|dp2)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", out, re.M)}
+    assert list(rows) == ["single", "dp2"], out
+    assert rows["single"][1] == "-" and rows["dp2"][1] != "-", rows   # ranks_up is dp2's alone
+    assert re.search(r"^dp2 / single: steady tokens/s x\d+\.\d+, measured x\d+\.\d+", out, re.M), out
+    assert re.search(r"^kill -9 of rank 1 -> launch exited after \d+\.\d+ s$", out, re.M), out
+
+
+@pytest.mark.slow   # sync and async runs of 40 steps, each killed -9 once and resumed
+def test_resilience_bench_real(bench):
+    out, _ = bench("resilience", "--real", "--kills", "1")
+    assert re.search(r"^sync\s+\d+\.\dms", out, re.M) and re.search(r"^async\s+\d+\.\dms", out, re.M), out
+    assert "resume after kill -9 (n=2)" in out, out
+    lost = re.search(r"steps lost per crash: \[(\d+), (\d+)\]", out)
+    # the default saves every 3 steps: a crash loses at most that many
+    assert lost and all(0 <= int(n) <= 3 for n in lost.groups()), out
