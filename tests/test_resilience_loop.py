@@ -4,6 +4,7 @@ a poisoned window of data makes a spike exactly where the test puts it). The rea
 real CLI is in test_resilience_e2e.py (slow)."""
 import json
 import math
+import re
 
 import numpy as np
 import pretrain_faults
@@ -82,7 +83,7 @@ def plan(steps=20, name="general", nan=()):
 
 
 def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, writes_run_files=True,
-                 async_save=False):
+                 async_save=False, warmup=3):
     events = EventLog(tmp_path / "events.jsonl")
     checkpoints = CheckpointManager(tmp_path / "ckpt", keep_latest=5, events=events, async_save=async_save)
     trainer = Trainer(
@@ -95,7 +96,8 @@ def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfini
         save_every_steps=save_every,
         writes_run_files=writes_run_files,
         events=events,
-        spike=SpikeGuard(ratio=2.0, consecutive=3, window=5, warmup_steps=3, max_rollbacks=max_rollbacks),
+        spike=SpikeGuard(ratio=2.0, consecutive=3, window=5, warmup_steps=warmup,
+                         max_rollbacks=max_rollbacks),
         nonfinite=NonFiniteGuard(max_consecutive=max_nonfinite),
     )
     return trainer, checkpoints, events
@@ -111,33 +113,33 @@ def train_records(tmp_path):
 
 
 def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_same_stream(tmp_path):
-    # Data 8..10 are poisoned: steps 9, 10, 11 (phase steps 8..10) are the spike, confirmed at 11.
-    trainer, checkpoints, _ = make_trainer(tmp_path, poison={8, 9, 10})
+    # Data 9..11 are poisoned: steps 10, 11, 12 (phase steps 9..11) are the spike, confirmed at 12.
+    trainer, checkpoints, _ = make_trainer(tmp_path, poison={9, 10, 11})
     train(trainer, [plan(20)])
     trainer.metrics.close()
 
     spike, = kinds(tmp_path, "spike")
-    assert (spike["step"], spike["first_step"]) == (11, 9)
+    assert (spike["step"], spike["first_step"]) == (12, 10)
     rollback, = kinds(tmp_path, "rollback")
-    # The newest checkpoint before step 8 (the update before the first high loss): step 6; the
-    # checkpoint of step 9 (saved while the spike was still unconfirmed) is discarded.
-    assert (rollback["step"], rollback["to_step"]) == (11, 6)
+    # The newest checkpoint before step 9 (the update before the first high loss): step 6; the
+    # checkpoint of step 9 (its loss was normal, its update may have broken the model) is discarded.
+    assert (rollback["step"], rollback["to_step"]) == (12, 6)
     assert [e["step"] for e in kinds(tmp_path, "prune") if e["reason"] == "rollback"] == [9]
     skip, = kinds(tmp_path, "skip")
-    assert skip["what"] == "data" and skip["data"] == [7, 10] and skip["steps"] == [8, 11]
+    assert skip["what"] == "data" and skip["data"] == [8, 11] and skip["steps"] == [9, 12]
 
     records = train_records(tmp_path)
     assert [r["step"] for r in records] == list(range(1, 21))  # the rolled-back steps were cut
-    assert [r["data_index"] for r in records] == list(range(7)) + list(range(11, 24))
+    assert [r["data_index"] for r in records] == list(range(8)) + list(range(12, 24))
     assert max(r["loss"] for r in records) <= 5.0  # no poisoned loss left in the run's history
     assert trainer.step.updates == 20  # every kept step updated once: rolled-back updates are gone
-    assert trainer.state.data_skips == {"general": [[7, 10]]}
+    assert trainer.state.data_skips == {"general": [[8, 11]]}
 
     # The rollback re-saved step 6 with the skipped window, so a crash right after it resumes into
     # the same stream instead of into the spike again.
     resaved = checkpoints.latest(before_step=7)
-    assert resaved.step == 6 and read_state(resaved)["data_skips"] == {"general": [[7, 10]]}
-    again, _, _ = make_trainer(tmp_path / "again", poison={8, 9, 10})
+    assert resaved.step == 6 and read_state(resaved)["data_skips"] == {"general": [[8, 11]]}
+    again, _, _ = make_trainer(tmp_path / "again", poison={9, 10, 11})
     again.restore(checkpoints, resaved)
     train(again, [plan(20)])
     again.metrics.close()
@@ -149,11 +151,44 @@ def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_sa
 
 def test_a_spike_that_comes_back_stops_the_run_past_max_rollbacks(tmp_path):
     trainer, _, _ = make_trainer(tmp_path, poison=set(range(8, 100)), max_rollbacks=2)
-    with pytest.raises(PretrainRunError, match=r"loss spike rollback limit: 3 rollbacks .*max_rollbacks=2"):
+    with pytest.raises(PretrainRunError, match=r"limit at step \d+: .*; 3 rollbacks .*max_rollbacks=2"):
         train(trainer, [plan(40)])
     assert len(kinds(tmp_path, "rollback")) == 2 and len(kinds(tmp_path, "spike")) == 3
     error, = kinds(tmp_path, "error")
     assert "rollback limit" in error["reason"]
+
+
+def test_an_early_spike_inside_the_warmup_rolls_back_and_skips_its_data(tmp_path):
+    """Issue 40: a spike in the window's 20-step warm-up went unseen and the window learned it."""
+    trainer, _, _ = make_trainer(tmp_path, poison={4, 5, 6}, warmup=20)
+    train(trainer, [plan(20)])
+    trainer.metrics.close()
+    spike, = kinds(tmp_path, "spike")
+    assert (spike["first_step"], spike["step"], spike["rule"]) == (5, 7, "best")
+    assert spike["threshold"] == pytest.approx(7.0, abs=0.05)         # the best level ~5.0 + 2 nats
+    rollback, = kinds(tmp_path, "rollback")
+    assert rollback["to_step"] == 3                                    # before step 4's update
+    skip, = [e for e in kinds(tmp_path, "skip") if e["what"] == "data"]
+    assert skip["data"] == [3, 6]
+    # the save due at step 6 (a suspect loss) waited: retention could have dropped checkpoint 3 for it
+    assert [e["step"] for e in kinds(tmp_path, "save")][:4] == [3, 3, 6, 9]
+    records = train_records(tmp_path)
+    assert [r["step"] for r in records] == list(range(1, 21)) and max(r["loss"] for r in records) <= 5.0
+
+
+def test_an_early_divergence_that_keeps_coming_back_stops_in_one_line_naming_step_loss_and_keys(tmp_path):
+    trainer, _, _ = make_trainer(tmp_path, poison=set(range(4, 100)), max_rollbacks=1, warmup=20)
+    with pytest.raises(PretrainRunError) as stop:
+        train(trainer, [plan(40)])
+    line = str(stop.value)
+    assert "\n" not in line
+    assert re.match(r"loss spike rollback limit at step \d+: loss 14\.9\d* > 6\.9\d* \(the phase's best "
+                    r"4\.9\d* \+ resilience\.spike_best_margin=2\) since step \d+; 2 rollbacks", line)
+    for key in ("train.lr_peak", "resilience.max_rollbacks=1", "raise resilience.max_rollbacks"):
+        assert key in line
+    assert len(kinds(tmp_path, "rollback")) == 1 and len(kinds(tmp_path, "spike")) == 2
+    error, = kinds(tmp_path, "error")
+    assert error["reason"] == line
 
 
 def test_a_spike_with_no_checkpoint_before_it_is_a_clear_error(tmp_path):

@@ -24,7 +24,14 @@ class ResilienceConfig:
     spike_consecutive: int = between(1, _COUNT, 10)   # steps in a row above the bar before it counts
     spike_window: int = between(2, _COUNT, 50)        # accepted losses the mean (and std) are taken over
     spike_sigma: float = between(0.0, 1e6, 6.0, low_open=True)
-    spike_warmup_steps: int = between(0, _COUNT, 20)  # no detection until this many losses were accepted
+    spike_warmup_steps: int = between(0, _COUNT, 20)  # no window bar until this many losses were accepted
+    # Bars that hold from step 1 (nats; pretrain/resilience/spike.py). A loss above ln(model.vocab_size)
+    # + this is worse than a uniform guess. An untrained model starts near ln V + std^2 x hidden / 2
+    # (its logits' variance over 2): +0.01 for tiny, +1.6 for llama3_70b at init_std 0.02.
+    spike_uniform_margin: float = between(0.0, 1e6, 3.0)
+    # A loss this far above the phase's best level (its lowest mean of spike_consecutive losses in a
+    # row) is a spike: a slow drift upward, which the window learns step by step.
+    spike_best_margin: float = between(0.0, 1e6, 2.0, low_open=True)
     max_rollbacks: int = between(0, _COUNT, 3)        # more than this many rollbacks within ...
     rollback_window_steps: int = between(1, _COUNT, 1000)  # ... this many steps stops the run
     max_nonfinite_in_row: int = between(1, _COUNT, 30)     # skipped (NaN/inf) steps in a row: the run stops
@@ -60,12 +67,14 @@ def _outside(**values: Any) -> Iterator[str]:
 
 
 def spike_problems(*, rule: str, ratio: float, consecutive: int, window: int, sigma: float,
-                   warmup_steps: int, max_rollbacks: int, rollback_window_steps: int) -> Iterator[str]:
+                   warmup_steps: int, max_rollbacks: int, rollback_window_steps: int,
+                   uniform_margin: float, best_margin: float) -> Iterator[str]:
     if rule not in SPIKE_RULES:
         yield f"resilience.spike_rule={rule!r}: must be one of {SPIKE_RULES}"
     yield from _outside(spike_ratio=ratio, spike_consecutive=consecutive, spike_window=window,
                         spike_sigma=sigma, spike_warmup_steps=warmup_steps, max_rollbacks=max_rollbacks,
-                        rollback_window_steps=rollback_window_steps)
+                        rollback_window_steps=rollback_window_steps, spike_uniform_margin=uniform_margin,
+                        spike_best_margin=best_margin)
 
 
 def nonfinite_problems(max_consecutive: int) -> Iterator[str]:
@@ -84,7 +93,8 @@ def spike_settings(res: Any) -> dict:
     """The block's keys as SpikeGuard's keyword arguments."""
     return dict(rule=res.spike_rule, ratio=res.spike_ratio, consecutive=res.spike_consecutive,
                 window=res.spike_window, sigma=res.spike_sigma, warmup_steps=res.spike_warmup_steps,
-                max_rollbacks=res.max_rollbacks, rollback_window_steps=res.rollback_window_steps)
+                max_rollbacks=res.max_rollbacks, rollback_window_steps=res.rollback_window_steps,
+                uniform_margin=res.spike_uniform_margin, best_margin=res.spike_best_margin)
 
 
 def require(found: Iterator[str]) -> None:

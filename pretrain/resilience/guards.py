@@ -12,8 +12,9 @@ from pretrain.resilience.spike import SpikeGuard
 HANG_STACKS_FILE = "hang_stacks.txt"      # in the run dir, beside events.jsonl
 
 
-def spike_guard(res: Any) -> SpikeGuard:
-    return SpikeGuard(**spike_settings(res))
+def spike_guard(res: Any, vocab_size: Optional[int] = None) -> SpikeGuard:
+    """`vocab_size` (model.vocab_size) sets the uniform bar: a loss worse than a uniform guess."""
+    return SpikeGuard(**spike_settings(res), vocab_size=vocab_size)
 
 
 def nonfinite_guard(res: Any) -> NonFiniteGuard:

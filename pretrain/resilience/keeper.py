@@ -4,6 +4,7 @@
     keeper.new_phase()                          # a new data mix: the spike guard starts over
     keeper.beat(step) / keeper.slow_ahead(step) # the watchdog: a step finished / something slow comes
     keeper.after_step(trainer, plan, record)    # non-finite count, spike -> rollback
+    keeper.may_save()                           # not while the spike guard holds suspect losses
     keeper.stop_requested(trainer)              # SIGTERM/SIGINT: checkpoint this step, stop
 
 It holds the guards (SpikeGuard, NonFiniteGuard, the Watchdog and the GracefulStop the loop
@@ -106,6 +107,11 @@ class Keeper:
             return True
         return False
 
+    def may_save(self) -> bool:
+        """False while the spike guard holds suspect losses: that model may be the broken one, and
+        retention (train.keep_checkpoint_max) would delete the good checkpoint a rollback needs."""
+        return self.spike is None or not self.spike.suspect
+
     def stop_requested(self, trainer: Trainee) -> bool:
         """On SIGTERM/SIGINT: make sure a checkpoint of this step exists, log, set self.stopped."""
         if self.stop is None or not self.stop.requested:
@@ -169,9 +175,10 @@ class Keeper:
         broke the model (the one before the spike's first high loss), skip the spike's data window,
         continue."""
         s = trainer.state
-        first, confirmed = self.spike.last_spike
-        threshold = self.spike.threshold()
-        self.event("spike", step=s.global_step, first_step=first, loss=loss, threshold=threshold)
+        spike = self.spike.last_spike
+        first, confirmed = spike.first, spike.step
+        self.event("spike", step=s.global_step, first_step=first, loss=loss, threshold=spike.bar,
+                   rule=spike.rule)
         try:
             self.spike.record_rollback(s.global_step)  # raises past resilience.max_rollbacks
         except PretrainRunError as e:
@@ -187,9 +194,9 @@ class Keeper:
         info = self.rollback_target(trainer, before_step=first - 1)
         if info is None:
             raise self.fatal(s.global_step, PretrainRunError(
-                f"loss spike at steps {first}..{confirmed} (loss {loss:.4g} > {threshold:.4g}) "
-                f"and no checkpoint from before step {first - 1} to roll back to: lower the LR or save "
-                f"earlier (train.save_every_steps)"
+                f"loss spike at step {confirmed}: {self.spike.explain(spike)}, and no checkpoint from "
+                f"before step {first - 1} to roll back to: lower train.lr_peak or save earlier "
+                f"(train.save_every_steps)"
             ))
         saved = read_state(info)
         if saved.get("phase") != plan.name and saved.get("phase") not in saved.get("phases_done", []):

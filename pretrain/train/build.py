@@ -131,7 +131,7 @@ def build_trainer(
         save_every_minutes=t.save_every_minutes,
         writes_run_files=ranks.writes_run_files(),
         events=events,
-        spike=resilience.spike_guard(cfg.resilience),
+        spike=resilience.spike_guard(cfg.resilience, int(cfg.model.vocab_size)),
         nonfinite=resilience.nonfinite_guard(cfg.resilience),
         run_config=OmegaConf.to_container(cfg, resolve=True),
     )

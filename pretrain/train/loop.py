@@ -2,11 +2,11 @@
 
 Read top to bottom: build (model, data, checkpoints) -> resume -> for each phase, for each step:
 step, log, eval, save -> summarise. The resilience guards are one component (`trainer.keeper`,
-pretrain/resilience/keeper.py) the loop consults at six points: resume (before the first step),
+pretrain/resilience/keeper.py) the loop consults at seven points: resume (before the first step),
 new_phase, beat after each step and evaluation and slow_ahead before the first evaluation (the
-watchdog), after_step (non-finite count, spike rollback) and stop_requested (SIGTERM/SIGINT, between
-steps and phases). A later phase run alone starts from the previous phase's final checkpoint of
-the base run (pretrain/config/branch.py).
+watchdog), after_step (non-finite count, spike rollback), may_save (no checkpoint of a suspect loss)
+and stop_requested (SIGTERM/SIGINT, between steps and phases). A later phase run alone starts from
+the previous phase's final checkpoint of the base run (pretrain/config/branch.py).
 Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the run's files, every
 rank loads the same checkpoint.
 """
@@ -153,6 +153,7 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
     val: Dict[int, float] = {}
     first_step = s.global_step + 1
     resumed = s.phase_step > 0            # the phase's earlier steps ran in an earlier process
+    owed = False                          # a save due while the loss was suspect: made once it is not
     metrics.start_phase(plan.name, plan.steps, done=s.phase_step, overall=trainer.overall)
     while s.phase_step < plan.steps:
         record = trainer.train_step(plan)
@@ -168,6 +169,7 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
         if keeper.after_step(trainer, plan, record):  # a spike rolled the run back: forget what came after
             losses = {k: v for k, v in losses.items() if k <= s.global_step}
             val = {k: v for k, v in val.items() if k <= s.global_step}
+            owed = False                  # the rollback saved the step it went back to
             continue
         evaluate = last or (trainer.eval_every and s.phase_step % trainer.eval_every == 0)
         if plan.val_loader is not None and evaluate:
@@ -176,8 +178,10 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
             keeper.beat(s.global_step)
             metrics.log({"kind": "val", "step": s.global_step, "phase": plan.name,
                          "val_loss": val[s.global_step]})
-        if not last and trainer.save_due():
+        owed = not last and (owed or trainer.save_due())
+        if owed and keeper.may_save():
             trainer.save()
+            owed = False
         if not last and keeper.stop_requested(trainer):
             break
     metrics.end_phase()
