@@ -2,6 +2,8 @@
 
 Hydra composes here, in the launching process only; ranks read the frozen run_dir/config.yaml.
 """
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -22,6 +24,9 @@ def _app(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["status"]:   # `pretrain status RUN_DIR`: reads a run dir, composes nothing
+        from pretrain.status.__main__ import main as status
+        sys.exit(status(sys.argv[2:]))
     _app()
 
 

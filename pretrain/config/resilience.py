@@ -55,6 +55,9 @@ class ResilienceConfig:
     max_restarts: int = between(0, _COUNT, 3)
     restart_window: float = between(0.0, _SECONDS, 3600.0, low_open=True)
     elastic: bool = False
+    # `pretrain status` calls a live run degraded (exit 1) when its goodput so far (productive step time
+    # / wall since the first start, pretrain/resilience/goodput.py) falls below this
+    goodput_warn: float = between(0.0, 1.0, 0.7)
 
 
 def _outside(**values: Any) -> Iterator[str]:

@@ -255,16 +255,7 @@ class CheckpointManager:
         return self._scan()
 
     def _scan(self) -> List[CheckpointInfo]:
-        found = []
-        for entry in self.directory.iterdir():
-            match = _NAME.match(entry.name)
-            try:
-                if match and entry.is_dir():
-                    found.append(CheckpointInfo(step=int(match.group(1)), path=entry, tag=match.group(2),
-                                                created=_created(entry)))
-            except FileNotFoundError:   # pruned by the saving rank while another rank scans
-                continue
-        return sorted(found, key=lambda info: (info.step, info.created), reverse=True)
+        return published(self.directory)
 
     def latest(self, tag: Optional[str] = None,
                before_step: Optional[int] = None) -> Optional[CheckpointInfo]:
@@ -397,6 +388,42 @@ class CheckpointManager:
 def read_state(info: CheckpointInfo) -> Dict[str, Any]:
     """The JSON state a checkpoint was saved with (no weights read, not verified)."""
     return json.loads((Path(info.path) / STATE).read_text(encoding="utf-8"))
+
+
+def published(directory: Union[str, os.PathLike]) -> List[CheckpointInfo]:
+    """Every published checkpoint in `directory`, newest first, not verified; read-only (a reader
+    that is not the run, e.g. pretrain status, lists them without a manager)."""
+    found = []
+    try:
+        entries = list(Path(directory).iterdir())
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        match = _NAME.match(entry.name)
+        try:
+            if match and entry.is_dir():
+                found.append(CheckpointInfo(step=int(match.group(1)), path=entry, tag=match.group(2),
+                                            created=_created(entry)))
+        except FileNotFoundError:   # pruned by the saving rank while another rank scans
+            continue
+    return sorted(found, key=lambda info: (info.step, info.created), reverse=True)
+
+
+def sizes_match(path: Union[str, os.PathLike]) -> Optional[str]:
+    """verify() without the sha256: None when every file the manifest lists has its recorded size
+    (cheap at any checkpoint size; a bit flip needs verify())."""
+    path = Path(path)
+    try:
+        files = json.loads((path / MANIFEST).read_text(encoding="utf-8"))["files"]
+        for name, expected in files.items():
+            size = (path / name).stat().st_size
+            if size != expected.get("size"):
+                return f"{name} is {size} bytes, the manifest says {expected.get('size')}"
+    except FileNotFoundError as e:
+        return f"{Path(e.filename).name} missing"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return f"{MANIFEST} unreadable ({e})"
+    return None
 
 
 def verify(path: Union[str, os.PathLike]) -> Optional[str]:

@@ -1,14 +1,17 @@
 """Where training metrics go: run_dir/metrics.jsonl (one JSON object per logged step, flushed at
 once), TensorBoard event files under run_dir/tensorboard/, and a live progress bar on stdout.
 
-A record is {"kind": "train" | "val", "step": global step, "phase": name, ...scalars}. The file is
-appended to, so a resumed run continues it; readers take the last record per (kind, step).
+A record is {"kind": "train" | "val", "step": global step, "phase": name, ...scalars, "ts": unix time it
+was logged}; a val record also has "eval_s", the time since the step's train record (its evaluation).
+The file is appended to, so a resumed run continues it; readers take the last record per (kind, step).
+`ts` lets a reader that sees the run dir (pretrain status) place steps in time without the run.
 """
 
 import json
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
@@ -25,6 +28,9 @@ def host_memory_gb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
+_NOT_SCALARS = ("step", "ts")   # TensorBoard has its own step and wall time
+
+
 class MetricsWriter:
     def __init__(self, run_dir: Union[str, os.PathLike], enabled: bool = True):
         self.enabled = enabled
@@ -34,6 +40,7 @@ class MetricsWriter:
         self._bar = None
         self._pending: Optional[Tuple[str, int, int, str]] = None   # the phase whose bar starts at its 1st step
         self._compiled = False   # has this process run a training step (so its graph is compiled)?
+        self._train_logged: Optional[float] = None   # when the last train record was logged
         if enabled:
             # MindSpore's generated protobuf modules need the pure-Python protobuf backend, which it
             # selects through this variable when it is imported first; tensorboardX imported first
@@ -48,6 +55,12 @@ class MetricsWriter:
     def log(self, record: Dict[str, Any]) -> None:
         if not self.enabled:
             return
+        now = time.time()
+        record = {**record, "ts": round(now, 3)}
+        if record["kind"] == "train":
+            self._train_logged = now
+        elif record["kind"] == "val" and self._train_logged is not None:
+            record["eval_s"] = round(now - self._train_logged, 4)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         # One event holding the record's scalars, not one per scalar: MindSpore needs the pure-Python
@@ -57,7 +70,7 @@ class MetricsWriter:
         kind = record["kind"]
         self._tb.file_writer.add_summary(Summary(value=[
             Summary.Value(tag=f"{kind}/{key}", simple_value=float(value)) for key, value in record.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step"]),
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in _NOT_SCALARS]),
             int(record["step"]))
 
     def rewind(self, step: int) -> None:
