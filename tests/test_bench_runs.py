@@ -37,8 +37,9 @@ def test_resilience_bench_quick(bench):
     out, scratch = bench("resilience", "--repeats", "1", "--steps", "1", *SMALL_MODEL)
     assert re.search(r"model=tiny: 0\.60M params, checkpoint \d+\.\d MiB \(weights \+ Adam m/v \+ state\), "
                      r"\d+ cores, medians of 1", out), out
-    for row in ("proxy training step", "sync:  save stall", "async: save stall (snapshot)", "until durable, idle",
-                "verify (size + sha256)", "load, verified already", "load incl. verify"):
+    for row in ("proxy training step", "sync:  save stall", "async: save stall (snapshot)",
+                "until durable, idle", "verify (size + sha256)", "load, verified already",
+                "load incl. verify"):
         assert re.search(rf"{re.escape(row)}\s+{NUMBER} ms", out), (row, out)
     assert list(scratch.iterdir()) == []   # its checkpoints were a TemporaryDirectory
 
@@ -47,7 +48,8 @@ def test_resilience_bench_quick(bench):
 def test_train_bench(bench):
     out, scratch = bench("train", "rounds=1", "steps=1", *SMALL_MODEL)
     assert "model=tiny (598,336 params), 8 x 64 = 512 tokens/step" in out and "1 rounds x 1 steps" in out, out
-    rows = dict(re.findall(rf"^(bare_jit|bare_cell|step|-clip|loop)\s+\d+\.\d+\s+\d+\s+({NUMBER})%$", out, re.M))
+    row = rf"^(bare_jit|bare_cell|step|-clip|loop)\s+\d+\.\d+\s+\d+\s+({NUMBER})%$"
+    rows = dict(re.findall(row, out, re.M))
     assert list(rows) == ["bare_jit", "bare_cell", "step", "-clip", "loop"], out
     assert "+0.0" in (rows["bare_jit"], rows["bare_cell"]), rows   # the faster bare variant is the base
     assert re.search(rf"^our loop costs {NUMBER}% over the faster bare step \(goal <= \+5%\): (met|NOT met)$",
@@ -87,7 +89,8 @@ def test_dssn_bench(bench):
 @pytest.mark.slow   # one process and msrun's two ranks, then a kill -9
 def test_launch_bench(bench):
     out, _ = bench("launch", "steps=3", *SMALL_MODEL)
-    rows = {m[0]: m[1:] for m in re.findall(r"^(single|dp2)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", out, re.M)}
+    row = r"^(single|dp2)" + r"\s+(\S+)" * 5 + "$"
+    rows = {m[0]: m[1:] for m in re.findall(row, out, re.M)}
     assert list(rows) == ["single", "dp2"], out
     assert rows["single"][1] == "-" and rows["dp2"][1] != "-", rows   # ranks_up is dp2's alone
     assert re.search(r"^dp2 / single: steady tokens/s x\d+\.\d+, measured x\d+\.\d+", out, re.M), out
