@@ -113,3 +113,45 @@ def test_a_recursive_glob_is_one_rule_for_the_check_and_the_data_step(tmp_path, 
                         "~data.sources.anneal"])
     assert validate.missing_files(cfg.data) == []
     assert resolve_files("general", ["~/c"]) == [home / "c" / "y.jsonl"]
+
+
+# ---------------------------------------------------------------- many small files (issue 40 item 6)
+
+def test_small_files_are_read_in_groups_that_depend_on_the_files_only(tmp_path, monkeypatch):
+    from pretrain.data import stages
+    small = []
+    for i in range(10):
+        small.append(tmp_path / f"s{i}.txt")
+        small[-1].write_text("x" * 300)
+    big_jsonl = write_jsonl(tmp_path / "t-big.jsonl", ["y" * 1000] * 3000)           # ~3 MB
+    utf16 = tmp_path / "u-big.jsonl"
+    utf16.write_bytes(b"\xff\xfe" + ('{"text": "z"}\n' * 200_000).encode("utf-16-le"))  # lines are not bytes
+    files = small[:4] + [big_jsonl, utf16] + small[4:]
+    monkeypatch.setattr(stages, "GROUP_FILES", 3)
+    splits = stages._splits(files, "general")
+    split = min(stages.SPLIT_BYTES, max(stages.MIN_SPLIT_BYTES, sum(f.stat().st_size for f in files) // 16))
+    ranges = -(-big_jsonl.stat().st_size // split)
+    assert [(len(f), b, r is not None) for f, b, r in splits] == (
+        [(0, "general", False), (3, None, False), (1, None, False)] + [(1, None, True)] * ranges
+        + [(1, None, False), (3, None, False), (3, None, False)])          # was: one task per file
+    assert [p for f, _, r in splits for p in f if r is None or r[0] == 0] == [str(f) for f in files]
+
+
+def test_many_small_files_give_the_shards_one_task_per_file_gave(tmp_path, monkeypatch):
+    from tests.test_data_pipeline import data_cfg
+    from pretrain.data import prepare, stages
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, text in enumerate(paragraphs()[:60]):
+        (src / f"{i:04d}.txt").write_text(text)
+    built = {}
+    for group in (1, stages.GROUP_FILES):       # 1: a task per file, as before
+        monkeypatch.setattr(stages, "GROUP_FILES", group)
+        cache = tmp_path / f"cache{group}"
+        p = prepare(data_cfg(cache, {"web": [src]}), progress=False)["web"]
+        built[group] = ([s["sha256"] for s in p.manifest["train"]["shards"] + p.manifest["val"]["shards"]],
+                        stages.counts["read"][0],
+                        (next(cache.glob("clean/web-*")) / "docs.txt").read_bytes())
+    (shards1, tasks1, docs1), (shards, tasks, docs) = built[1], built[stages.GROUP_FILES]
+    assert (tasks1, tasks) == (60, 1)
+    assert shards == shards1 and docs == docs1

@@ -109,6 +109,7 @@ class SourceConfig:
     paths: List[str] = MISSING                # files, directories or globs (.txt .jsonl .parquet, .gz/.zst)
     text_field: str = "text"
     builtin: Optional[str] = None             # a generated sample source: general | reasoning | anneal
+    encoding: Optional[str] = None            # of the files that are not UTF-8 (e.g. gb18030); None: refused
 
 
 @dataclass

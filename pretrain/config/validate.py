@@ -15,6 +15,7 @@ Each line names the keys and every factor, e.g.
 Pure Python: no mindspore import. Code elsewhere (model builder, MindFormers export, schedule,
 data preparation) relies on these checks instead of repeating them.
 """
+import codecs
 import os
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple
@@ -264,6 +265,25 @@ def _data_alone(d) -> Iterator[str]:
                        f"(or null with paths)")
         elif not src.paths:
             yield f"data.sources.{name}: no paths and no builtin generator; give data.sources.{name}.paths=[...]"
+        yield from filter(None, [_encoding_problem(f"data.sources.{name}.encoding", src.get("encoding"))])
+
+
+def _encoding_problem(key: str, value: Any) -> Optional[str]:
+    """A source's encoding (pretrain/data/charsets.py) must be a text codec Python has, and one
+    without a shift state: the reader decodes each line on its own."""
+    if value is None:
+        return None
+    try:
+        info = codecs.lookup(str(value))
+    except LookupError:
+        info = None
+    if info is None or not info._is_text_encoding:
+        return (f"{key}={value!r} is not a text encoding Python knows; give one such as gb18030, big5, "
+                f"shift_jis, cp1252 or utf-16 (unset: UTF-8)")
+    if info.name.startswith(("iso2022", "hz", "utf-7")):
+        return (f"{key}={value!r} has a shift state and cannot be read line by line; convert the files "
+                f"to UTF-8")
+    return None
 
 
 # What Linux file systems take (ext4, xfs, tmpfs, overlayfs: NAME_MAX 255, PATH_MAX 4096 with its NUL):

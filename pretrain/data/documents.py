@@ -3,7 +3,7 @@ other, so the manifest accounts for each). Their own module so the builtin corpu
 (pretrain/data/sample.py) and the file reader (pretrain/data/sources.py) share them without
 importing each other."""
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 
 @dataclass
@@ -17,6 +17,7 @@ class Doc:
 class Drop:
     reason: str
     count: int = 1
+    where: Optional[Tuple[str, int]] = None   # (file, byte offset) of undecodable bytes, for the manifest
 
 
 Item = Union[Doc, Drop]

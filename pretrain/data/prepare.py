@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from pretrain.config.errors import PretrainDataError
 from pretrain.config.validate import check_data_config
 from pretrain.data import tokenizer as tokenizers
+from pretrain.data.charsets import warnings
 from pretrain.data.fsutil import building, sweep_stale, temp_dir_for, write_json_atomic
 from pretrain.data.hashing import UNSPACED, content_fingerprint, digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
@@ -43,7 +44,8 @@ from pretrain.data.stages import WORK_LAYOUT, forget, sweep_work
 from pretrain.data.stages import progress as stage_progress
 from pretrain.data.tokenizer import tokenizer_vocab_size  # noqa: F401  (part of this module's API)
 
-VERSION = 3            # bump when the prepared bytes change for the same config (3: BOMs, parquet types)
+VERSION = 4            # bump when the prepared bytes change for the same config (3: BOMs, parquet types;
+                       # 4: UTF-16/32 decoded, a stray undecodable byte drops its line, not the file's rest)
 
 
 @dataclass
@@ -92,6 +94,7 @@ class _Source:
     builtin: Optional[str]
     text_field: str
     clean_key: str
+    encoding: Optional[str] = None      # of the source's files that are not UTF-8 (pretrain.data.charsets)
 
 
 def _plain(node) -> Dict:
@@ -262,11 +265,14 @@ def _plan(name: str, src, cfg) -> _Source:
     files = resolve_files(name, list(src.paths)) if src.paths else []
     inputs = {"files": content_fingerprint(files),
               "builtin": sample.fingerprint(src.builtin) if src.builtin else None}
+    encoding = src.get("encoding")
     # the scripts shingled by character are part of what near dedup means: another table, another key
     key = digest({"v": VERSION, "inputs": inputs, "text_field": src.text_field, "clean": _plain(cfg.clean),
                   "dedup": _plain(cfg.dedup), "val_fraction": cfg.val_fraction,
-                  "unspaced": UNSPACED if cfg.dedup.near else None})
-    return _Source(name, files, src.builtin, src.text_field, key)
+                  "unspaced": UNSPACED if cfg.dedup.near else None,
+                  # it decodes the bytes into documents (unset: the key as before the key existed)
+                  **({"encoding": encoding} if encoding is not None else {})})
+    return _Source(name, files, src.builtin, src.text_field, key, encoding)
 
 
 def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEngine) -> Tuple[Path, Dict]:
@@ -285,6 +291,8 @@ def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEn
         with building(final) as tmp:
             stats = clean_store(src, cfg, tmp, work, run_on, _plain)
             write_json_atomic(tmp / "stats.json", stats)
+        for line in warnings(src.name, stats["undecodable"]) if "undecodable" in stats else ():
+            print(line, file=sys.stderr, flush=True)
     except Exception:       # OSError, or what a writer makes of a vanished directory
         if not _published_meanwhile(final, _damaged_store):
             raise

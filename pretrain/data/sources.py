@@ -8,8 +8,12 @@ Bad input never stops the run: each bad file, line or row is yielded as a `Drop`
 so the manifest can account for every document (in = kept + dropped). What is wrong with one
 document (a NUL byte, a lone surrogate from a JSON escape, a badly encoded row) drops that
 document only; a whole file is dropped as `binary` only when it is not text at all.
+
+Encodings (pretrain.data.charsets decides per file): UTF-8, a byte order mark's UTF-16/32, or the
+source's `encoding` for its files that are not UTF-8; a file that is none of these stops the run
+with one line. A stray undecodable byte drops its line (a .jsonl document; in a .txt file the line,
+the text before and after it kept as pieces of the document) with the file and byte offset.
 """
-import codecs
 import errno
 import gzip
 import io
@@ -27,6 +31,8 @@ import zstandard
 
 from pretrain.config import paths as config_paths
 from pretrain.config.errors import PretrainDataError
+from pretrain.data import charsets
+from pretrain.data.charsets import Charset, Decoding
 from pretrain.data.documents import Doc, Drop, Item
 from pretrain.data.hashing import piece_key
 
@@ -156,26 +162,26 @@ def fingerprint(files: Sequence[Path]) -> list:
 
 
 def source_items(files: List[Path], builtin: Optional[str], text_field: str, max_chars: int,
-                 scratch: Optional[Path] = None) -> Iterator[Item]:
+                 scratch: Optional[Path] = None, decoding: Decoding = Decoding()) -> Iterator[Item]:
     """A source's documents and drops: its builtin documents (pretrain.data.sample), then its files'."""
     if builtin:
         from pretrain.data import sample
         yield from sample.documents(builtin)
     if files:
-        yield from read_documents(files, text_field, max_chars, scratch)
+        yield from read_documents(files, text_field, max_chars, scratch, decoding)
 
 
 def read_documents(files: Sequence[Path], text_field: str, max_chars: int,
-                   scratch: Optional[Path] = None) -> Iterator[Item]:
+                   scratch: Optional[Path] = None, decoding: Decoding = Decoding()) -> Iterator[Item]:
     """Documents and drops of `files`, in order. scratch: where a compressed parquet file is
     unpacked while it is read (the build's temp directory, so an interrupted run leaves nothing
-    elsewhere); the system temp directory if None."""
+    elsewhere); the system temp directory if None. decoding: the source's (charsets)."""
     for path in files:
         fmt, comp = file_kind(path)
         reader = {".txt": _read_txt, ".jsonl": _read_jsonl, ".parquet": _read_parquet}[fmt]
         produced = False
         try:
-            for item in reader(path, comp, text_field, max_chars, scratch):
+            for item in reader(path, comp, text_field, max_chars, scratch, decoding):
                 produced = True
                 yield item
         except _READ_ERRORS:
@@ -186,12 +192,13 @@ def read_documents(files: Sequence[Path], text_field: str, max_chars: int,
 
 
 def _open(path: Path, comp: str) -> io.BufferedIOBase:
+    """The file's (decompressed) bytes; peek() shows up to _SNIFF of them (the head charsets reads)."""
     if comp == ".gz":
-        return gzip.open(path, "rb")
+        return io.BufferedReader(gzip.open(path, "rb"), _SNIFF)
     if comp == ".zst":
         raw = open(path, "rb")
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
-    return open(path, "rb")
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), _SNIFF)
+    return open(path, "rb", buffering=_SNIFF)
 
 
 def split_text(text: str, max_chars: int) -> List[str]:
@@ -206,19 +213,6 @@ def split_text(text: str, max_chars: int) -> List[str]:
         start = cut
     pieces.append(text[start:])
     return pieces
-
-
-def looks_binary(block: bytes) -> bool:
-    """Whether the start of a file says it is not text at all (an image, an archive, compressed
-    bytes under a text name): NUL bytes, and many of them or mostly undecodable bytes. One NUL
-    or one badly encoded line in a text file is that document's problem, decided per document."""
-    nul = block.count(0)
-    if not nul:
-        return False
-    if nul > max(1, len(block) // 100):
-        return True
-    text = block.decode("utf-8", errors="replace")
-    return text.count("\ufffd") > len(text) // 10
 
 
 def encodable(text: str) -> bool:
@@ -240,34 +234,63 @@ def _pieces(text: str, max_chars: int) -> Iterator[Item]:
         yield Doc(part, key=key, part=i)
 
 
-def _read_txt(path: Path, comp: str, text_field: str, max_chars: int, scratch=None) -> Iterator[Item]:
+def _read_txt(path: Path, comp: str, text_field: str, max_chars: int, scratch=None,
+              decoding: Decoding = Decoding()) -> Iterator[Item]:
     with _open(path, comp) as f:
         first = f.read(_SNIFF)
         if not first:
             return
-        if looks_binary(first):
+        cs = charsets.of_head(path, first, decoding, cut=len(first) == _SNIFF)
+        if cs is None:
             yield Drop("binary")
             return
-        decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")   # a leading BOM is not text
-        buf, part, key = "", 0, None
-        block = first
-        while True:
-            try:
-                buf += decoder.decode(block, final=not block)
-            except UnicodeDecodeError:
-                yield Drop("invalid_utf8")       # the rest of this file; pieces already read stay
-                return
-            # Emit full pieces as they fill up; keep the tail (it may continue in the next block).
-            while len(buf) > max_chars:
-                head, buf = _cut(buf, max_chars)
-                key = key or piece_key(head)
-                yield Doc(head, key=key, part=part)
+        yield from _txt_items(f, first, cs, str(path), max_chars)
+
+
+def _txt_items(f, first: bytes, cs: Charset, path: str, max_chars: int) -> Iterator[Item]:
+    """The pieces of a .txt file, decoded block by block. A line holding an undecodable byte is
+    dropped (named by the file and the offset of its first bad byte); the text before it ends a
+    piece, the text after starts a new one (part 0 again: these are not splits for length)."""
+    dec = charsets.decoder(cs)
+    buf, part, key, emitted, dropped = "", 0, None, False, False
+    bad = -1                          # index in buf of the first bad byte not dropped yet
+    block, end = first[cs.bom:], cs.bom
+    while True:
+        final = not block
+        text, at = charsets.decode_block(dec, block, final)
+        end += len(block)
+        if at >= 0 and bad < 0:
+            bad = len(buf) + at
+        buf += text
+        lo = 0                        # buf[:lo] is used up (dropped spans: one slice per block)
+        while bad >= 0:
+            span = charsets.bad_span(buf, bad, final)
+            if span is None:
+                break                 # its line goes on past what is decoded: wait for the next block
+            start, stop = span
+            for piece in split_text(buf[lo:start], max_chars) if buf[lo:start].strip() else ():
+                key = key or piece_key(piece)
+                yield Doc(piece, key=key, part=part)
                 part += 1
-            if not block:
-                break
-            block = f.read(_BLOCK)
-        if buf or part == 0:
-            yield Doc(buf, key=key, part=part)
+            offset = end - len(dec.getstate()[0]) - charsets.byte_len(buf[bad:], cs)
+            yield Drop(cs.reason, where=(path, offset))
+            emitted, dropped, part, lo = True, True, 0, stop
+            bad = charsets.first_mark(buf, stop)
+        if lo:
+            buf = buf[lo:]
+            bad = bad - lo if bad >= 0 else -1
+        # Emit full pieces as they fill up; keep the tail (it may continue in the next block).
+        while len(buf) > max_chars and (bad < 0 or bad > max_chars + charsets.SPAN_MAX):
+            head, buf = _cut(buf, max_chars)
+            bad = bad - len(head) if bad >= 0 else -1
+            key = key or piece_key(head)
+            yield Doc(head, key=key, part=part)
+            emitted, part = True, part + 1
+        if final:
+            break
+        block = f.read(_BLOCK)
+    if (buf.strip() if dropped else buf) or not emitted:     # no blank piece after a dropped line
+        yield Doc(buf, key=key, part=part)
 
 
 def _cut(text: str, max_chars: int) -> Tuple[str, str]:
@@ -276,29 +299,58 @@ def _cut(text: str, max_chars: int) -> Tuple[str, str]:
     return head, text[len(head):]
 
 
-def _read_jsonl(path: Path, comp: str, text_field: str, max_chars: int, scratch=None) -> Iterator[Item]:
+def _read_jsonl(path: Path, comp: str, text_field: str, max_chars: int, scratch=None,
+                decoding: Decoding = Decoding()) -> Iterator[Item]:
     with _open(path, comp) as f:
-        first = f.peek(_SNIFF)[:_SNIFF] if hasattr(f, "peek") else b""
-        if looks_binary(first):
+        cs = charsets.of_head(path, f.peek(_SNIFF)[:_SNIFF], decoding)
+        if cs is None:
             yield Drop("binary")
             return
-        yield from _jsonl_items(f, text_field, max_chars)
+        f.read(cs.bom)
+        yield from _jsonl_items(_lines(f, cs), text_field, max_chars, cs, str(path), cs.bom)
 
 
-def read_jsonl_range(path: Path, start: int, stop: int, text_field: str, max_chars: int) -> Iterator[Item]:
-    """The documents of an uncompressed .jsonl file whose lines start in bytes [start, stop): one
-    split of a large file. The splits of a file together yield exactly what read_documents does
-    (a binary file is one Drop, from the split at 0; an unreadable one a Drop per split; a large
-    file of blank lines only is not counted as an empty_file)."""
+def splittable(path: Path, decoding: Optional[Decoding] = None) -> bool:
+    """Whether a large uncompressed .jsonl file can be read in byte ranges (its lines end at a
+    b"\n" byte, not UTF-16/32). Its head is read here, so a file that is not UTF-8, of a source
+    that names no encoding, is refused before any reading starts."""
     try:
         with open(path, "rb") as f:
-            if looks_binary(f.read(_SNIFF)):
+            head = f.read(_SNIFF)
+    except OSError:
+        return True           # then every range counts it as unreadable
+    cs = charsets.of_head(path, head, decoding or Decoding(), cut=len(head) == _SNIFF)
+    return cs is None or cs.byte_lines
+
+
+def _lines(f, cs: Charset):
+    """The file's lines: bytes where a line ends at a b"\n" byte, else text (UTF-16/32), undecodable
+    bytes as charsets' marks."""
+    if cs.byte_lines:
+        return f
+    return io.TextIOWrapper(f, encoding=cs.codec, errors=charsets.MARK, newline="\n")
+
+
+def read_jsonl_range(path: Path, start: int, stop: int, text_field: str, max_chars: int,
+                     decoding: Decoding = Decoding()) -> Iterator[Item]:
+    """The documents of an uncompressed .jsonl file whose lines start in bytes [start, stop): one
+    split of a large file (of a charset whose lines end at a b"\n" byte). The splits of a file
+    together yield exactly what read_documents does (a binary file is one Drop, from the split at
+    0; an unreadable one a Drop per split; a large file of blank lines only is not counted as an
+    empty_file)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF)
+            cs = charsets.of_head(path, head, decoding, cut=len(head) == _SNIFF)
+            if cs is None:
                 if start == 0:
                     yield Drop("binary")
                 return
-            f.seek(max(0, start - 1))
-            if start:
+            if start > cs.bom:
+                f.seek(start - 1)
                 f.readline()            # the line holding byte start-1 belongs to the split before
+            else:
+                f.seek(cs.bom)
 
             def in_range() -> Iterator[bytes]:
                 while f.tell() < stop:
@@ -306,22 +358,29 @@ def read_jsonl_range(path: Path, start: int, stop: int, text_field: str, max_cha
                     if not line:
                         return
                     yield line
-            yield from _jsonl_items(in_range(), text_field, max_chars)
+            at = f.tell()
+            yield from _jsonl_items(in_range(), text_field, max_chars, cs, str(path), at)
     except _READ_ERRORS:
         yield Drop("unreadable")
 
 
-def _jsonl_items(f, text_field: str, max_chars: int) -> Iterator[Item]:
-    for line in f:
+def _jsonl_items(lines, text_field: str, max_chars: int, cs: Charset = charsets.UTF8, path: str = "",
+                 at: int = 0) -> Iterator[Item]:
+    """The documents of a .jsonl file's lines (bytes, or text for UTF-16/32), the first at byte `at`."""
+    utf8, byte_lines = cs.codec == "utf-8", cs.byte_lines
+    for line in lines:
+        line_at = at
+        at += len(line) if byte_lines else charsets.byte_len(line, cs)
         if not line.strip():
             continue
         try:
             # strict=False: a raw control character (a NUL, a tab) inside a string is kept
             # for the cleaner to remove, rather than losing the document.
             # utf-8-sig: a byte order mark (what some editors start a file with) is not JSON
-            obj = json.loads(line.decode("utf-8-sig"), strict=False)
+            text = line.decode("utf-8-sig") if utf8 else _decoded(line, cs)
+            obj = json.loads(text, strict=False)
         except UnicodeDecodeError:
-            yield Drop("invalid_utf8")
+            yield Drop(cs.reason, where=(path, line_at + charsets.bad_offset(line, cs)))
             continue
         except (ValueError, RecursionError):       # RecursionError: "[[[[..." nested too deep
             yield Drop("malformed_json")
@@ -333,7 +392,19 @@ def _jsonl_items(f, text_field: str, max_chars: int) -> Iterator[Item]:
         yield from _pieces(text, max_chars)
 
 
-def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int, scratch=None) -> Iterator[Item]:
+def _decoded(line, cs: Charset) -> str:
+    """A line of another charset as text: bytes decoded strictly; text (already decoded, with
+    marks) checked for marks. Raises UnicodeDecodeError for a line with undecodable bytes."""
+    if isinstance(line, bytes):
+        return line.decode(cs.codec)
+    if charsets.first_mark(line) >= 0:
+        raise UnicodeDecodeError(cs.codec, b"", 0, 1, "undecodable bytes")
+    return line
+
+
+def _read_parquet(path: Path, comp: str, text_field: str, max_chars: int, scratch=None,
+                  decoding=None) -> Iterator[Item]:
+    """Parquet's strings are UTF-8 by its format: `decoding` does not apply."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     tmp = None

@@ -1,8 +1,9 @@
 """The data stages as tasks over partitions: the one algorithm both engines (engine.py) run.
 
 Clean store of a source (documents in, deduplicated documents out):
-  read/<split>      one task per input split (a file, or a 16 MB byte range of a large .jsonl; a
-                    builtin source is one split): read ->
+  read/<split>      one task per input split (consecutive small files up to a split's size, a
+                    large file, or a 16 MB byte range of a large .jsonl; a builtin source is
+                    one split): read ->
                     clean -> exact hash + MinHash LSH band keys; writes the surviving candidates
                     and their hashes, sorted by partition (partitions(): more as the input grows),
                     one set of files per task with each partition's offsets
@@ -57,6 +58,7 @@ SPLIT_BYTES = 16 << 20     # an uncompressed .jsonl file larger than this is rea
 MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, so that there are
 READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
                            # depends on the input files only, never on the engine or worker count)
+GROUP_FILES = 1024         # files of one read task at most (its progress shows per task)
 COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use the compiled dedup
                                 # kernels (fasthash; the same values, so the choice never shows in the
                                 # output): numba's start-up in each worker (~0.85 CPU-s, ~150 MB) is
@@ -210,6 +212,8 @@ class ReadTask:
     lsh: Optional[dict] = None             # near dedup on: dedup.lsh_params (shape, permutations)
     parts: int = EXACT_PARTS               # hash partitions of the exact and the near stage
     compiled: bool = False                 # words and MinHash by fasthash's kernels (same values)
+    source: str = ""                       # the source's name and encoding (pretrain.data.charsets)
+    encoding: Optional[str] = None
 
 
 def read_split(t: ReadTask) -> Dict:
@@ -217,6 +221,7 @@ def read_split(t: ReadTask) -> Dict:
 
 
 def _read_split(t: ReadTask, tmp: Path) -> Dict:
+    from pretrain.data.charsets import Decoding, Undecodable
     from pretrain.data.clean import Cleaner
     from pretrain.data.dedup import MinHasher, band_keys
     from pretrain.data.docstore import DocStoreWriter
@@ -244,17 +249,21 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     chars: List[int] = []
     signatures: List[np.ndarray] = []   # MinHash of the signed documents; band keys for all at the end
     dropped: Counter = Counter()
+    undecodable = Undecodable()
     seen = split_docs = extra = 0
+    decoding = Decoding(t.source, t.encoding)
     if t.byte_range:
         from pretrain.data.sources import read_jsonl_range
-        items = read_jsonl_range(Path(t.files[0]), *t.byte_range, t.text_field, clean["max_chars"])
+        items = read_jsonl_range(Path(t.files[0]), *t.byte_range, t.text_field, clean["max_chars"], decoding)
     else:
         items = source_items([Path(f) for f in t.files], t.builtin, t.text_field, clean["max_chars"],
-                             scratch=tmp)
+                             scratch=tmp, decoding=decoding)
     for item in items:
         if isinstance(item, Drop):
             seen += item.count
             dropped[item.reason] += item.count
+            if item.where:
+                undecodable.add(item.where, item.reason)
             continue
         seen += 1
         if item.part:
@@ -296,7 +305,7 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         key = band_keys(signed_sigs, bands, width).reshape(-1)   # document-major: m x bands
         _save_parts(tmp, "band", key % np.uint64(t.parts), t.parts, index=np.repeat(index, bands),
                     band=np.tile(np.arange(bands, dtype=np.int16), m), key=key)
-    return {"in": seen, "candidates": n, "dropped": dict(dropped),
+    return {"in": seen, "candidates": n, "dropped": dict(dropped), "undecodable": undecodable.record(),
             "split_for_length": {"documents": split_docs, "extra_pieces": extra}}
 
 
@@ -469,21 +478,34 @@ def _final_split(t: FinalTask, tmp: Path) -> Dict:
             "bytes": int(kept_ends[-1]) if len(kept_ends) else 0, "dropped": counts_}
 
 
-def _splits(files: List[Path], builtin: Optional[str]) -> List[tuple]:
-    """(files, builtin, byte range) of each read task: a builtin source, then one per input file,
-    an uncompressed .jsonl file in byte ranges of at most SPLIT_BYTES (so one big file does not
-    become one long task; in a small corpus smaller, down to MIN_SPLIT_BYTES, for about READ_TASKS
-    tasks). Document order (and so which copy of a duplicate stays) is the input order whatever
-    the splits."""
-    from pretrain.data.sources import file_kind
+def _splits(files: List[Path], builtin: Optional[str], decoding=None) -> List[tuple]:
+    """(files, builtin, byte range) of each read task: a builtin source, then the input files in
+    order: an uncompressed .jsonl file in byte ranges of at most SPLIT_BYTES (so one big file does
+    not become one long task; in a small corpus smaller, down to MIN_SPLIT_BYTES, for about
+    READ_TASKS tasks), a file of at least that size alone, smaller ones together, up to that size
+    and GROUP_FILES files a task (a task's fixed cost, ~10 ms here, would otherwise be most of the
+    work of 50,000 files of 300 bytes). Document order (and so which copy of a duplicate stays) is
+    the input order whatever the splits; the splits depend on the input files only (and a large
+    .jsonl file's charset: UTF-16 lines cannot be found in byte ranges), never on the engine."""
+    from pretrain.data.sources import file_kind, splittable
     out = [([], builtin, None)] if builtin else []
     sizes = [f.stat().st_size if f.is_file() else 0 for f in files]
     split = min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, sum(sizes) // READ_TASKS))
+    group: List[str] = []
+    group_bytes = 0
     for f, size in zip(files, sizes):
-        if file_kind(f) == (".jsonl", "") and size > split:
+        if group and (size >= split or group_bytes + size > split or len(group) == GROUP_FILES):
+            out.append((group, None, None))
+            group, group_bytes = [], 0
+        if size < split:
+            group.append(str(f))
+            group_bytes += size
+        elif file_kind(f) == (".jsonl", "") and size > split and splittable(f, decoding):
             out += [([str(f)], None, (a, min(a + split, size))) for a in range(0, size, split)]
         else:
             out.append(([str(f)], None, None))
+    if group:
+        out.append((group, None, None))
     return out
 
 
@@ -491,20 +513,23 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     """Build the source's document store (DocStore layout) in `out` from its splits; its stats."""
     from types import SimpleNamespace as NS
 
+    from pretrain.data.charsets import Decoding, summary
     from pretrain.data.clean import Cleaner
     from pretrain.data.dedup import check_settings, lsh_params
     t0 = time.time()
     clean, dedup = plain(cfg.clean), plain(cfg.dedup)
     Cleaner(NS(**clean))            # a bad setting fails here, once, not inside every task
     check_settings(dedup)
-    splits = _splits(src.files, src.builtin)
+    decoding = Decoding(getattr(src, "name", ""), getattr(src, "encoding", None))
+    splits = _splits(src.files, src.builtin, decoding)
     lsh = lsh_params(dedup) if dedup["near"] else None
     in_bytes = sum(f.stat().st_size for f in src.files if f.is_file())
     workers = max(1, int(getattr(cfg, "workers", 1) or 1))
     compiled = in_bytes / workers >= COMPILED_MIN_BYTES * (1 if dedup["near"] else 8)
     parts = partitions(in_bytes)
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
-                      float(cfg.val_fraction), r, lsh, parts=parts, compiled=compiled)
+                      float(cfg.val_fraction), r, lsh, parts=parts, compiled=compiled,
+                      source=decoding.source, encoding=decoding.fallback)
              for i, (f, b, r) in enumerate(splits)]
     read_recs = run_stage(engine, "read", work / "read", read_split, reads)
     read_dirs = [t.out for t in reads]
@@ -532,8 +557,10 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
         dropped.update({k: v for k, v in r["dropped"].items() if v})
     kept = sum(r["kept"] for r in final_recs)
     held = sum(r["val"] for r in final_recs)
+    undecodable = summary([r.get("undecodable", []) for r in read_recs])
     return {"in": sum(r["in"] for r in read_recs), "kept": kept, "train": kept - held, "val": held,
             "chars": sum(r["chars"] for r in final_recs), "dropped": dict(sorted(dropped.items())),
+            **({"undecodable": undecodable} if undecodable["files"] else {}),
             "split_for_length": {k: sum(r["split_for_length"][k] for r in read_recs)
                                  for k in ("documents", "extra_pieces")},
             "seconds": round(time.time() - t0, 3)}
