@@ -164,3 +164,31 @@ def test_the_command_line(tmp_path):
     assert text.returncode == 0 and text.stdout.strip().endswith("finished at step 30"), text.stderr
     bad = subprocess.run([sys.executable, "-m", "pretrain.status", str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a pretrain run dir" in bad.stderr
+
+
+def test_the_summary_and_status_account_a_run_alike(tmp_path):
+    from pretrain.train.summary import run_goodput
+
+    run = _run_dir(tmp_path)
+    with EventLog(run / "events.jsonl") as ev:
+        ev.log("save", step=30, stall_s=0.25)
+        ev.log("finish", step=30)
+    acct = run_goodput(run, 0.1, 30)
+    assert acct["badput_s"]["checkpoints"] == 0.25 and acct["badput_s"]["evaluation"] > 0
+    assert acct["goodput"] == pytest.approx(gp.goodput_of(30, 0.1, acct["wall_s"]))
+    assert any(p.name.startswith("events.out") for p in (run / "tensorboard").iterdir())
+    (run / "summary.json").write_text(json.dumps({"global_step": 30, "measured": {"step_s": 0.1},
+                                                  "goodput": acct}))
+    status = report.gather(run)["goodput"]
+    assert status["goodput"] == pytest.approx(acct["goodput"]) and status["wall_s"] == acct["wall_s"]
+
+
+def test_the_chaos_benchmark_accounts_with_the_same_code(tmp_path):
+    from pretrain.bench.chaos import accounting
+
+    run = _run_dir(tmp_path)
+    started = json.loads((run / "events.jsonl").read_text().splitlines()[0])["ts"] - 5.0   # its launch
+    result = {"steps": 30, "started": started, "wall_s": 20.0}
+    acct = accounting(run, result, 0.1)
+    assert acct.goodput == pytest.approx(gp.goodput_of(30, 0.1, 20.0)) == pytest.approx(0.15)
+    assert acct.badput_s["startup_compile"] >= 5.0 - 0.1   # its launch to the first step, less a step

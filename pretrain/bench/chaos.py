@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from pretrain.bench import SMALL_MODEL
+from pretrain.resilience import goodput
+from pretrain.resilience.events import read_events
 
 NODES = ["parallel=dp2", "hardware=cpu_2x1"]
 KINDS = ["kill_node1", "corrupt_newest", "disk_full", "stop_rank1", "kill_node0"]
@@ -219,8 +221,18 @@ def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int, kinds: List[str]
              for p in (run_dir / "logs").glob("rank_*.exit")}
     steps = {r["step"]: r for r in _lines(metrics, "train")}
     return {"exit": proc.returncode, "wall_s": wall, "faults": faults, "steps": len(steps), "stops": stops,
-            "step_times": [r["step_time_s"] for r in steps.values()],
+            "step_times": [r["step_time_s"] for r in steps.values()], "started": started,
             "params": final.get(0, {}).get("params_sha256")}
+
+
+def accounting(run_dir: Path, result: Dict[str, Any], step_s: float) -> goodput.Goodput:
+    """The chaos run's goodput and badput by cause, by the code every run's summary and `pretrain
+    status` use, over the bench's own wall (from its launch of the job, which the run cannot see)."""
+    records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    train = {int(r["step"]): r for r in records if r["kind"] == "train"}
+    return goodput.account(read_events(run_dir / "events.jsonl"), steps=result["steps"], step_s=step_s,
+                           end_ts=result["started"] + result["wall_s"], first_step=train.get,
+                           eval_s=goodput.eval_seconds(records), started_ts=result["started"])
 
 
 def _load() -> str:
@@ -286,10 +298,11 @@ def main(argv: List[str] = None) -> int:
               f"{g('start_build_load_s'):>20}{g('compile_first_step_s'):>16}  {'; '.join(notes)}")
     for line in result["stops"][:1]:
         print(f"the run's line on the full disk: {line}")
-    goodput = result["steps"] * median / result["wall_s"]
-    print(f"goodput (steps x median step {median:.3f} s / wall): {goodput:.1%}; the uninterrupted run's: "
-          f"{result['steps'] * median / ref_wall:.1%}; chaos wall / uninterrupted wall: "
+    acct = accounting(cwd / "chaos", result, median)
+    print(f"goodput (steps x median step {median:.3f} s / wall): {acct.goodput:.1%}; the uninterrupted run's: "
+          f"{goodput.goodput_of(result['steps'], median, ref_wall):.1%}; chaos wall / uninterrupted wall: "
           f"{ref_wall / result['wall_s']:.1%}")
+    print(goodput.format_line(acct))
     print(f"final weights equal the uninterrupted run's: {result['params'] == ref_params}")
     return 0
 

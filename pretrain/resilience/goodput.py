@@ -39,6 +39,11 @@ class Goodput:
     def goodput(self) -> Optional[float]:
         return self.productive_s / self.wall_s if self.wall_s > 0 else None
 
+    @classmethod
+    def of(cls, d: Dict[str, Any]) -> "Goodput":
+        """Back from as_dict() (summary.json's "goodput")."""
+        return cls(d["wall_s"], d["productive_s"], dict(d["badput_s"]))
+
     def as_dict(self) -> Dict[str, Any]:
         return {"goodput": self.goodput, "wall_s": self.wall_s, "productive_s": self.productive_s,
                 "badput_s": dict(self.badput_s),

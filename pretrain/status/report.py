@@ -47,6 +47,9 @@ def gather(run_dir: Path, now: Optional[float] = None, full_verify: bool = False
         last = train[-1] if train else None
         step_s = statistics.median([float(r["step_time_s"]) for r in train[1:]]) if len(train) > 1 else (
             float(last["step_time_s"]) if last else None)
+        summary = _json(run_dir / "summary.json")
+        if last and summary.get("global_step") == last["step"] and (summary.get("measured") or {}).get("step_s"):
+            step_s = summary["measured"]["step_s"]   # an ended run: the step time its summary accounted with
         out["progress"] = _progress(events, last, step_s, plan, cfg)
         out["loss"] = _loss(mf, recent, events)
         eval_s = _eval_estimate(recent, last, cfg)

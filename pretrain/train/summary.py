@@ -4,12 +4,15 @@ ends with."""
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from pretrain.io import write_atomic
+from pretrain.resilience import goodput
+from pretrain.resilience.events import read_events
 from pretrain.train import measure
-from pretrain.train.metrics import METRICS_FILE, mean_of, window_of
+from pretrain.train.metrics import METRICS_FILE, TENSORBOARD_DIR, mean_of, read_metrics, window_of
 from pretrain.train.plot import plot_curves
 
 
@@ -37,12 +40,32 @@ def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: f
               f"use another run_dir to train again", flush=True)
     else:
         plot_curves(run_dir / METRICS_FILE, run_dir / "loss_curve.png")
+        summary["goodput"] = run_goodput(run_dir, summary["measured"]["step_s"], trainer.state.global_step)
         write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
         note_measured(run_dir / "plan.json", results)
         print(format_summary(summary), flush=True)
     if trainer.keeper.stopped:
         print(resume_hint(trainer.keeper.stopped, trainer.state.global_step, checkpoints), flush=True)
     return summary
+
+
+def run_goodput(run_dir: Path, step_s: Optional[float], steps: int) -> Dict[str, Any]:
+    """The run's goodput and badput by cause since its first start (pretrain/resilience/goodput.py,
+    the accounting `pretrain status` and the chaos benchmark use), also as TensorBoard scalars."""
+    events = read_events(run_dir / "events.jsonl")
+    records = read_metrics(run_dir / METRICS_FILE)
+    train = {int(r["step"]): r for r in records if r["kind"] == "train"}
+    end = max(e["ts"] for e in events) if events else time.time()   # the finish (or stop) event
+    acct = goodput.account(events, steps=steps, step_s=step_s, end_ts=end, first_step=train.get,
+                           eval_s=goodput.eval_seconds(records))
+    from tensorboardX import SummaryWriter   # after metrics.py set the protobuf backend MindSpore needs
+
+    with SummaryWriter(str(run_dir / TENSORBOARD_DIR)) as tb:
+        if acct.goodput is not None:
+            tb.add_scalar("run/goodput", acct.goodput, steps)
+        for cause, seconds in acct.badput_s.items():
+            tb.add_scalar(f"run/badput_s/{cause}", seconds, steps)
+    return acct.as_dict()
 
 
 def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall: float,
@@ -109,6 +132,8 @@ def format_summary(summary: Dict[str, Any]) -> str:
             f"{r['loss_start_mean']:>10.3f}/{r['loss_end_mean']:<9.3f}{val:>10}{r['lr_first']:>11.2e}"
             f"{r['lr_last']:>10.2e}{r['tokens_per_s']:>8.0f}{r['wall_s']:>8.0f}"
         )
+    if summary.get("goodput"):
+        lines.append(goodput.format_line(goodput.Goodput.of(summary["goodput"])))
     return "\n".join(lines + format_versus(summary["phases"]))
 
 
