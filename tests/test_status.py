@@ -26,7 +26,8 @@ phase:
 
 
 def _record(step, phase="general", loss=None, step_s=0.1):
-    return {"kind": "train", "step": step, "phase": phase, "loss": 8.0 - step * 0.01 if loss is None else loss,
+    return {"kind": "train", "step": step, "phase": phase,
+            "loss": 8.0 - step * 0.01 if loss is None else loss,
             "lr": 1e-3, "grad_norm": 1.0, "loss_scale": 1.0, "finite": True, "tokens_per_s": 1.0,
             "step_time_s": step_s}
 
@@ -160,9 +161,11 @@ def test_the_command_line(tmp_path):
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["verdict"] == "finished at step 30"
     assert (tmp_path / "s.png").stat().st_size > 1000
-    text = subprocess.run([sys.executable, "-m", "pretrain", "status", str(run)], capture_output=True, text=True)
+    text = subprocess.run([sys.executable, "-m", "pretrain", "status", str(run)],
+                          capture_output=True, text=True)
     assert text.returncode == 0 and text.stdout.strip().endswith("finished at step 30"), text.stderr
-    bad = subprocess.run([sys.executable, "-m", "pretrain.status", str(tmp_path)], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "pretrain.status", str(tmp_path)],
+                         capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a pretrain run dir" in bad.stderr
 
 

@@ -13,10 +13,15 @@ def _days(value: Optional[float]) -> str:
     return "-" if value is None else (f"{value:.2f} d" if value >= 0.1 else duration(value * 86400))
 
 
+def _trend(t: Optional[Dict[str, Any]]) -> str:
+    return f"{t['from']:.3f} -> {t['to']:.3f} (steps {t['from_step']}-{t['to_step']})" if t else "-"
+
+
 def text(r: Dict[str, Any]) -> str:
     p, loss, good, ck = r["progress"], r["loss"], r["goodput"], r["checkpoint"]
     lines: List[str] = [f"run {r['run_dir']}: {'running (lock held)' if r['running'] else 'not running'}"]
-    lines.append(f"step {p['step']:,} of {p['total_steps']:,}" + (f", phase {p['phase']}" if p["phase"] else ""))
+    where = f", phase {p['phase']}" if p["phase"] else ""
+    lines.append(f"step {p['step']:,} of {p['total_steps']:,}{where}")
     for ph in p["phases"]:
         tokens = f"{ph['tokens']:,.0f} tokens" if ph["tokens"] is not None else "- tokens"
         sources = ", ".join(f"{s} {t:,.0f}" for s, t in ph["by_source"].items()) if ph["by_source"] else ""
@@ -26,10 +31,10 @@ def text(r: Dict[str, Any]) -> str:
                  f"left: {_days(p['days_left'])} at the measured step, "
                  + (f"{_days(p['days_left'] / good['goodput'])} at the goodput so far, "
                     if p["days_left"] is not None and good.get("goodput") else "")
-                 + f"{_days(p['planned_days_left'])} planned (whole run planned {_days(p['planned_total_days'])})")
+                 + f"{_days(p['planned_days_left'])} planned "
+                 f"(whole run planned {_days(p['planned_total_days'])})")
     hour, run = loss.get("hour"), loss.get("run")
-    trend = lambda t: f"{t['from']:.3f} -> {t['to']:.3f} (steps {t['from_step']}-{t['to_step']})" if t else "-"
-    lines.append(f"loss {_f(loss['last'])}; last hour {trend(hour)}; run {trend(run)}")
+    lines.append(f"loss {_f(loss['last'])}; last hour {_trend(hour)}; run {_trend(run)}")
     val = f"{loss['val_last']:.3f} at step {loss['val_step']}" if loss["val_last"] is not None else "-"
     lines.append(f"val loss {val}; spikes {loss['spikes']}, rollbacks {len(loss['rollbacks'])}, "
                  f"non-finite steps skipped {loss['nonfinite_skipped']}")
@@ -37,7 +42,8 @@ def text(r: Dict[str, Any]) -> str:
         who = f"node {x['node']}" if x.get("node") is not None else f"rank {x.get('rank')}"
         down = duration(x["down_s"]) if x["down_s"] is not None else "-"
         shrink = f", dp {x['dp'][0]} -> {x['dp'][1]}" if x.get("dp") else ""
-        lines.append(f"{x['kind']} {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(x['ts']))}: {x['cause']} "
+        when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(x['ts']))
+        lines.append(f"{x['kind']} {when}: {x['cause']} "
                      f"({who}); {x['steps_lost']} steps lost, {down} to the next step{shrink}")
     if not r["restarts"]:
         lines.append("restarts: none")

@@ -23,6 +23,7 @@ from pretrain.train.metrics import METRICS_FILE
 from pretrain.status.jsonl import JsonlFile
 
 HOUR = 3600.0
+_ENDINGS = ("finish", "error", "hang", "signal", "requeue")   # what a generation's last event may say
 TAIL = 400          # records read from the end: the recent step time, the last validation loss
 SAMPLES = 240       # records sampled for a trend (each one seek and one line)
 GOODPUT_WARN = 0.7  # resilience.goodput_warn's default, for a run dir frozen before the key existed
@@ -48,8 +49,9 @@ def gather(run_dir: Path, now: Optional[float] = None, full_verify: bool = False
         step_s = statistics.median([float(r["step_time_s"]) for r in train[1:]]) if len(train) > 1 else (
             float(last["step_time_s"]) if last else None)
         summary = _json(run_dir / "summary.json")
-        if last and summary.get("global_step") == last["step"] and (summary.get("measured") or {}).get("step_s"):
-            step_s = summary["measured"]["step_s"]   # an ended run: the step time its summary accounted with
+        accounted = (summary.get("measured") or {}).get("step_s")
+        if last and summary.get("global_step") == last["step"] and accounted:
+            step_s = accounted   # an ended run: the step time its summary accounted with
         out["progress"] = _progress(events, last, step_s, plan, cfg)
         out["loss"] = _loss(mf, recent, events)
         eval_s = _eval_estimate(recent, last, cfg)
@@ -91,7 +93,8 @@ def _progress(events: List[Dict[str, Any]], last: Optional[Dict[str, Any]], step
               plan: Dict[str, Any], cfg: Dict[str, Any]) -> Dict[str, Any]:
     start = next((e for e in reversed(events) if e.get("kind") == "start"), None)
     names = list(start["phases"]) if start else [p["name"] for p in plan.get("phases", [])]
-    counts = [int(n) for n in start["steps"]] if start else [round(p["steps"]) for p in plan.get("phases", [])]
+    counts = ([int(n) for n in start["steps"]] if start
+              else [round(p["steps"]) for p in plan.get("phases", [])])
     step = int(last["step"]) if last else 0
     per_step = float(plan.get("tokens_per_step") or 0) or None
     planned_days = {p["name"]: p.get("days") for p in plan.get("phases", [])}
@@ -102,7 +105,8 @@ def _progress(events: List[Dict[str, Any]], last: Optional[Dict[str, Any]], step
         tokens = done * per_step if per_step else None
         weights = sum(float(w) for w in mix.values()) or 1.0
         phases.append({"phase": name, "steps": count, "done": done, "tokens": tokens,
-                       "by_source": {s: tokens * float(w) / weights for s, w in mix.items()} if tokens else {},
+                       "by_source": ({s: tokens * float(w) / weights for s, w in mix.items()}
+                                     if tokens else {}),
                        "planned_days": planned_days.get(name)})
         begin += count
     total = sum(counts)
@@ -146,7 +150,8 @@ def _trend(records: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
             "from_step": records[0]["step"], "to_step": records[-1]["step"], "samples": len(losses)}
 
 
-def _eval_estimate(recent: List[Dict[str, Any]], last: Optional[Dict[str, Any]], cfg: Dict[str, Any]) -> float:
+def _eval_estimate(recent: List[Dict[str, Any]], last: Optional[Dict[str, Any]],
+                   cfg: Dict[str, Any]) -> float:
     """Evaluation time so far: the recent passes' median x how many ran (one each eval_every steps;
     counting them exactly would read every line)."""
     spent = [float(r["eval_s"]) for r in recent if r.get("kind") == "val" and "eval_s" in r]
@@ -218,8 +223,7 @@ def _verdict(out: Dict[str, Any], events: List[Dict[str, Any]], last: Optional[D
     step = out["progress"]["step"]
     starts = [e for e in events if e.get("kind") == "start"]
     after = [e for e in events if not starts or e["ts"] >= starts[-1]["ts"]]
-    ending = next((e for e in reversed(after) if e.get("kind") in ("finish", "error", "hang", "signal", "requeue")),
-                  None)
+    ending = next((e for e in reversed(after) if e.get("kind") in _ENDINGS), None)
     if not out["running"]:
         if ending is None and not events:
             return "not started: no events yet and no run holds the run dir", 2
