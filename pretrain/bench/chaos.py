@@ -300,7 +300,8 @@ def main(argv: List[str] = None) -> int:
         print(f"the run's line on the full disk: {line}")
     acct = accounting(cwd / "chaos", result, median)
     print(f"goodput (steps x median step {median:.3f} s / wall): {acct.goodput:.1%}; "
-          f"the uninterrupted run's: {goodput.goodput_of(result['steps'], median, ref_wall):.1%}; chaos wall / uninterrupted wall: "
+          f"the uninterrupted run's: {goodput.goodput_of(result['steps'], median, ref_wall):.1%}; "
+          f"chaos wall / uninterrupted wall: "
           f"{ref_wall / result['wall_s']:.1%}")
     print(goodput.format_line(acct))
     print(f"final weights equal the uninterrupted run's: {result['params'] == ref_params}")
