@@ -1,5 +1,7 @@
 """The tokenize stage's unit cache gives sentencepiece's own ids, document by document, for the
-BPE models the pipeline trains, and is refused for models where it would not."""
+BPE models the pipeline trains, and is refused for models where it would not; each chunk goes by
+units or by whole documents, whichever pays on it (Chinese lines have no spaces, so they are units
+that never repeat), with the same ids either way."""
 import random
 import re
 from types import SimpleNamespace
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 from pretrain.data import encode
+from pretrain.data.chinese import prose
 from pretrain.data.encode import WordCache, encode_texts
 from pretrain.data.tokenizer import train
 
@@ -42,6 +45,84 @@ def _model(tmp_path, model_type: str, vocab: int = 400):
 @pytest.fixture(scope="module")
 def sp(tmp_path_factory):
     return _model(tmp_path_factory.mktemp("bpe"), "bpe")
+
+
+def _chinese(n: int, seed: int, english: float) -> list:
+    """Chinese documents (lines of prose, now and then an English term between spaces), and a
+    share `english` of English-like ones (words, spaces, newlines)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        if rng.random() < english:
+            out.append("".join(rng.choice(WORDS) + rng.choice([" "] * 8 + ["\n", ", "]) for _ in range(200)))
+            continue
+        lines = [prose().paragraph(rng, rng.randint(1, 3)) for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.3:
+            lines[0] = f"{lines[0][:5]} {rng.choice(WORDS)} {lines[0][5:]}"
+        out.append(rng.choice(["\n", "\n\n"]).join(lines))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sp_zh(tmp_path_factory):
+    """BPE over Chinese and English, as the default tokenizer is: Han pieces of several characters,
+    the rarer characters as bytes."""
+    import sentencepiece as spm
+    cfg = SimpleNamespace(vocab_size=2000, model_type="bpe", byte_fallback=True, train_sentences=100000,
+                          character_coverage=0.98)
+    path = train(iter(_chinese(3000, seed=1, english=0.3)), tmp_path_factory.mktemp("zh"), cfg, threads=1)
+    model = spm.SentencePieceProcessor(model_file=str(path))
+    assert WordCache.fits(model)
+    pieces = list(map(model.id_to_piece, range(model.get_piece_size())))
+    assert any(len(p) > 1 and "\u4e00" <= p[0] <= "\u9fff" for p in pieces)
+    assert any(model.encode("".join(prose().paragraph(random.Random(0), 20)), out_type=str).count(p) for p in
+               pieces if p.startswith("<0x"))          # rare characters as bytes
+    return model
+
+
+@pytest.mark.parametrize("way", ["units", "documents", "chosen"])
+@pytest.mark.parametrize("english", [0.0, 0.1, 0.5])
+def test_chinese_and_mixed_ids_equal_sentencepiece_whichever_way(sp_zh, monkeypatch, way, english):
+    texts = _chinese(600, seed=2, english=english)
+    want = encode_texts(sp_zh, texts, 1)
+    if way == "units":              # every chunk split into units, however long they are
+        monkeypatch.setattr(encode, "LONG_UNIT", 10**9)
+        monkeypatch.setattr(encode, "SHORT_UNIT", 10**9)
+    elif way == "documents":
+        monkeypatch.setattr(encode, "LONG_UNIT", 0)
+    words = WordCache(sp_zh)
+    got = [encode_texts(sp_zh, texts[a:a + 50], 1, words) for a in range(0, len(texts), 50)]
+    assert np.array_equal(want.tokens, np.concatenate([g.tokens for g in got]))
+    assert np.array_equal(want.lens, np.concatenate([g.lens for g in got]))
+    assert words.chunks[way] == len(got) if way != "chosen" else sum(words.chunks.values()) == len(got)
+
+
+def _mean_unit(texts: list) -> float:
+    units = [u for t in texts for u in encode._UNIT.findall(" " + t)]
+    return sum(map(len, units)) / len(units)
+
+
+def test_each_chunk_goes_the_way_that_pays_judged_on_the_chunk_alone(sp_zh):
+    def way(texts: list, words: WordCache) -> str:
+        before = dict(words.chunks)
+        words.encode(texts)
+        return next(k for k in before if words.chunks[k] > before[k])
+
+    words = WordCache(sp_zh)
+    chinese, english = _chinese(200, seed=3, english=0.0), _chinese(200, seed=3, english=1.0)
+    assert _mean_unit(chinese) > encode.LONG_UNIT and _mean_unit(english) < encode.SHORT_UNIT
+    assert way(chinese, words) == "documents"                # lines: never split into units
+    assert way(english, words) == "units"                    # words
+    assert way(chinese[:100] + english[:100], words) == "units"   # the English half pays for it
+    # units of middling length (Chinese clauses between English words): by what repeats in the chunk
+    rng = random.Random(4)
+    spaced = [" ".join(f"{prose().paragraph(rng, 2)[:20]} {rng.choice(WORDS)}" for _ in range(8))
+              for _ in range(60)]
+    assert encode.SHORT_UNIT < _mean_unit(spaced) < encode.LONG_UNIT
+    assert way(spaced, words) == "documents"
+    assert way(spaced * 4, words) == "units"
+    # the cache's state is no part of it: the same chunk, all its units cached, still goes whole
+    assert way(spaced, words) == "documents"
 
 
 def _same(a, b) -> bool:
