@@ -27,7 +27,8 @@ def main() -> None:
     if sys.argv[1:2] == ["status"]:   # `pretrain status RUN_DIR`: reads a run dir, composes nothing
         from pretrain.status.__main__ import main as status
         sys.exit(status(sys.argv[2:]))
-    _app()
+    from pretrain.app import main as guarded   # interrupts as one line (a sweep's with its summary)
+    guarded(_app)
 
 
 if __name__ == "__main__":

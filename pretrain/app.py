@@ -2,14 +2,18 @@
 
 Typed errors become one line on stderr and exit code 2 (a traceback only with
 HYDRA_FULL_ERROR=1); inside a sweep they become the job's row instead, so one invalid layout
-never stops the sweep.
+never stops the sweep. Interrupts end in one line too, exit 128 + the signal: Ctrl-C where no
+graceful stop runs or a second one during it (pretrain.resilience.signals.StopForced) says where
+the run resumes from; a sweep stopped by a signal writes the summary of the jobs that finished
+(pretrain.sweep.interrupt).
 """
 import contextlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict, NoReturn, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -20,6 +24,8 @@ from pretrain.config import frozen, validate
 from pretrain.config.errors import USER_ERRORS, PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
 from pretrain.io import write_atomic
+from pretrain.resilience.signals import StopForced
+from pretrain.sweep import interrupt
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -44,10 +50,82 @@ def run_job(cfg: DictConfig) -> None:
                 print(f"error: {line}", file=sys.stderr)
             sys.exit(getattr(exc, "exit_code", 2))   # 2, or e.g. a launch's spent restart budget
         row.update(status="invalid", reason=str(exc).replace("\n", "; "))
+    except BaseException as exc:   # an interrupt (Ctrl-C, a second stop signal, the sweep's), else raised
+        signum = signal_behind(exc)
+        if signum is None or os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if in_sweep:
+            interrupt.stop(signum)
+        if isinstance(exc, SystemExit):   # data preparation's: its own line said it
+            raise
+        interrupted(exc, signum, cfg)
     if in_sweep:
         from pretrain.sweep.summary import verdict_line, write_row
         write_row(Path(cfg.run_dir), row)
         print(f"  #{row['job']} {verdict_line(row)}", flush=True)
+        if row.get("stopped"):   # the job's training took the signal and stopped at a checkpoint
+            interrupt.stop(signal.Signals[row["stopped"]])
+
+
+def signal_behind(exc: BaseException) -> Optional[int]:
+    """The stop signal an exception stands for, or None: Ctrl-C's KeyboardInterrupt (StopForced: a
+    second stop signal), the sweep's SweepInterrupted, data preparation's SystemExit(128 + signal),
+    or an error a C extension made of one of them (Ctrl-C while mindspore loads is an ImportError)."""
+    codes = {128 + s: s for s in interrupt.SIGNALS}
+    seen: Optional[BaseException] = exc
+    for _ in range(10):   # a chain of causes is short; a cycle must not hang the exit
+        if seen is None:
+            return None
+        if isinstance(seen, (KeyboardInterrupt, interrupt.SweepInterrupted)):
+            return getattr(seen, "signum", signal.SIGINT)
+        if isinstance(seen, SystemExit) and seen.code in codes:
+            return codes[seen.code]
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def interrupted(exc: BaseException, signum: int, cfg: DictConfig) -> NoReturn:
+    """One line for a run interrupted at once, and the exit status a shell gives it (128 + signal)."""
+    forced = isinstance(exc, StopForced)   # the second signal: the first one's stop was under way
+    what = exc.what if forced else "stopped at once"
+    print(f"interrupted ({signal.Signals(signum).name}{' again' if forced else ''}): {what}{_resumes(cfg)}",
+          file=sys.stderr, flush=True)
+    if "mindspore._c_expression" in sys.modules and "mindspore" not in sys.modules:
+        # Ctrl-C while mindspore loaded: its C++ part registered an exit hook that fails on the rest
+        # (a page of errors after this line, at times an abort); the unwinding is done, so skip them.
+        sys.stdout.flush()
+        os._exit(128 + signum)
+    sys.exit(128 + signum)
+
+
+def _resumes(cfg: DictConfig) -> str:
+    """Where the same command goes on from ('' for a run dir without checkpoints, a dry run)."""
+    run_dir = Path(cfg.run_dir)
+    if cfg.dry_run or not (run_dir / "checkpoints").is_dir():
+        return ""
+    from pretrain.launch.supervise import steps_lost
+    try:
+        saved = steps_lost(run_dir, cfg)[1]
+    except Exception:   # the line is said anyway; the step is only a courtesy
+        saved = None
+    if saved is None:
+        return f"; no checkpoint in {run_dir / 'checkpoints'} yet: the same command starts the run again"
+    return f"; the same command resumes from its newest checkpoint, step {saved} ({run_dir / 'checkpoints'})"
+
+
+def main(app: Callable[[], None]) -> None:
+    """Hydra's app (pretrain.__main__), with the interrupts that reach it as one line: a sweep's
+    (its summary written), and Ctrl-C before a job ran (composing)."""
+    try:
+        app()
+    except interrupt.SweepInterrupted as exc:
+        from pretrain.sweep.summary import after_interrupt
+        sys.exit(after_interrupt(exc))
+    except KeyboardInterrupt:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("interrupted (SIGINT)", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.SIGINT)
 
 
 def execute(cfg: DictConfig) -> Dict[str, Any]:

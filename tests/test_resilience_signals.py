@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pretrain.resilience.signals import HANG_EXIT_CODE, STATUS_ENV, GracefulStop
+from pretrain.resilience.signals import HANG_EXIT_CODE, STATUS_ENV, GracefulStop, StopForced
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,14 +28,16 @@ def test_sigterm_sets_requested_and_handlers_are_restored():
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
 
-def test_second_sigint_raises_keyboard_interrupt():
+def test_second_sigint_raises_stop_forced_a_keyboard_interrupt_that_says_what_was_cut_short():
     with GracefulStop() as stop:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.01)
         assert stop.requested and stop.signal_name == "SIGINT"
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(StopForced) as forced:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.5)
+    assert isinstance(forced.value, KeyboardInterrupt) and forced.value.signum == signal.SIGINT
+    assert "not waiting for the step and its checkpoint" in forced.value.what   # the entrypoint's one line
 
 
 LOOP = textwrap.dedent("""

@@ -97,11 +97,14 @@ def write_engine_yamls(run: ResolvedRun, pad_token_id: int = 0) -> None:
 def measured(summary: Dict[str, Any]) -> Dict[str, Any]:
     """What a sweep row records of a launch that trained, from the run summary: tokens per second over
     the steps it trained (all ranks together), and its step time after compile and peak host memory
-    (set beside the plan's step_s and peak_gb)."""
+    (set beside the plan's step_s and peak_gb); `stopped`: the signal that stopped it at a checkpoint
+    (a sweep ends after that job: pretrain.app.run_job)."""
     phases = summary.get("phases", [])
     trained = [(r["tokens_per_s"] * r["wall_s"], r["wall_s"]) for r in phases if r.get("tokens_per_s")]
     wall = sum(w for _, w in trained)
-    out = {"measured_tokens_per_s": sum(t for t, _ in trained) / wall} if wall > 0 else {}
+    out: Dict[str, Any] = {"measured_tokens_per_s": sum(t for t, _ in trained) / wall} if wall > 0 else {}
+    if summary.get("stopped"):
+        out["stopped"] = summary["stopped"]
     run = summary.get("measured") or {}
     if run.get("step_s"):
         out.update(measured_step_s=run["step_s"], measured_gb=run["memory_gb"])

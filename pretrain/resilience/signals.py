@@ -1,7 +1,9 @@
 """Stopping on request, and not hanging forever.
 
 GracefulStop turns SIGTERM/SIGINT (a scheduler's preemption notice, Ctrl-C) into a flag the
-training loop reads after each step: it finishes the step, checkpoints and exits 0.
+training loop reads after each step: it finishes the step, checkpoints and exits 0. A second
+Ctrl-C, from a user who will not wait for that, raises StopForced; the entrypoint (pretrain.app)
+says so in one line and exits 130.
 
 Watchdog turns a step that never finishes (a stuck collective, a dead device) into a prompt exit
 with every thread's Python stack, so a launcher can restart the run from its last checkpoint
@@ -34,9 +36,20 @@ REARM_S = 1.0   # the watchdog's faulthandler backstop is re-armed at most this 
 STATUS_ENV = "PRETRAIN_RANK_STATUS"
 
 
+class StopForced(KeyboardInterrupt):
+    """A stop signal again while the first one's checkpoint is under way: the sender will not wait
+    for it. A KeyboardInterrupt, so whatever unwinds on Ctrl-C unwinds on it (the loop's files are
+    closed, a launcher kills its ranks); `what` says what was cut short, for the one line the
+    entrypoint prints (exit 128 + signum)."""
+
+    def __init__(self, signum: int, what: str):
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.what = signum, what
+
+
 class GracefulStop:
     """`with GracefulStop() as stop: ... if stop.requested: save and exit`. A second SIGINT raises
-    KeyboardInterrupt as usual, for a user who does not want to wait for the step to finish."""
+    StopForced (a KeyboardInterrupt), for a user who does not want to wait for the step to finish."""
 
     def __init__(self, signals: tuple = (signal.SIGTERM, signal.SIGINT)):
         self.signals = signals
@@ -52,7 +65,7 @@ class GracefulStop:
         # Only flags here: a handler that logged or printed could re-enter a write the main
         # thread was in the middle of.
         if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            raise StopForced(signum, "training stopped at once, not waiting for the step and its checkpoint")
         if not self.requested:
             self.requested, self.signum = True, signum
 

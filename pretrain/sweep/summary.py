@@ -2,13 +2,16 @@
 
 Each job writes <job dir>/row.json (pretrain.app); after the sweep, Hydra calls
 SweepSummary.on_multirun_end, which writes summary.csv, summary.md and summary.png
-(memory per device by part and estimated throughput per layout) into the sweep dir. A job that
-trained adds its final validation loss (`val_loss`: the last phase's val_loss_last in the job's
-summary.json), so an LR sweep (`-m phase=reasoning phase.lr.peak=1e-5,3e-5,1e-4`) compares
-branches by it, best first.
+(memory per device by part and estimated throughput per layout) into the sweep dir; a
+sweep stopped by SIGINT / SIGTERM writes them for the jobs that finished
+(pretrain.sweep.interrupt). A job that trained adds its final validation loss (`val_loss`: the
+last phase's val_loss_last in the job's summary.json), so an LR sweep
+(`-m phase=reasoning phase.lr.peak=1e-5,3e-5,1e-4`) compares branches by it, best first.
 """
 import csv
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -16,6 +19,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from pretrain.io import write_atomic
+from pretrain.sweep import interrupt
 
 COLUMNS = ["job", "label", "status", "engine", "peak_gb", "measured_gb", "capacity_gb", "weights_gb",
            "grads_gb", "optimizer_gb", "activations_gb", "bubble", "step_s", "measured_step_s", "tokens_per_s",
@@ -43,7 +47,8 @@ def verdict_line(row: Dict[str, Any]) -> str:
             else status)
     figures = (f"{row['peak_gb']:.1f} of {row['capacity_gb']:g} GB, {row['total_days']:.1f} days, "
                f"{row['tokens_per_s']:,.0f} tokens/s")
-    return f"{head}: {figures}" + (f"; {reason[:120]}" if status == "plan only" else "")
+    stopped = f"; stopped by {row['stopped']} at a checkpoint" if row.get("stopped") else ""
+    return f"{head}: {figures}" + (f"; {reason[:120]}" if status == "plan only" else "") + stopped
 
 
 def write_row(job_dir: Path, row: Dict[str, Any]) -> None:
@@ -137,9 +142,37 @@ def _chart(rows: List[Dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def counts(rows: List[Dict[str, Any]]) -> str:
+    """How many rows have each status: `9 ok, 0 plan only, 9 does not fit, 21 invalid`."""
+    return ", ".join(f"{sum(r['status'] == s for r in rows)} {s}" for s in STATUS_ORDER)
+
+
+def after_interrupt(exc: interrupt.SweepInterrupted) -> int:
+    """A sweep stopped by a signal: the summary of the jobs that finished, one line on stderr; the
+    exit status (128 + signum)."""
+    name = signal.Signals(exc.signum).name
+    sweep = interrupt.current()
+    if sweep is None:   # a job's stop outside a sweep: nothing to sum up
+        print(f"interrupted ({name})", file=sys.stderr, flush=True)
+        return 128 + exc.signum
+    rows = write_summary(sweep.sweep_dir) if any(sweep.sweep_dir.glob("*/row.json")) else []
+    of, left = ((f" of {sweep.planned}", f", {sweep.planned - len(rows)} left") if sweep.planned is not None
+                else ("", ", the rest not run"))
+    where = (f"; summary of the finished ones in {sweep.sweep_dir}/summary.md, .csv, .png ({counts(rows)})"
+             if rows else "; no summary written")
+    print(f"interrupted ({name}): sweep stopped, {len(rows)}{of} jobs finished{left}{where}",
+          file=sys.stderr, flush=True)
+    return 128 + exc.signum
+
+
 class SweepSummary(Callback):
+    """The summary when every job ran; an interrupted sweep's from pretrain.sweep.interrupt."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        interrupt.begin(config)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_summary(sweep_dir)
-        counts = ", ".join(f"{sum(r['status'] == s for r in rows)} {s}" for s in STATUS_ORDER)
-        print(f"sweep: {len(rows)} jobs ({counts}); summary in {sweep_dir}/summary.md, .csv, .png")
+        print(f"sweep: {len(rows)} jobs ({counts(rows)}); summary in {sweep_dir}/summary.md, .csv, .png")
+        interrupt.end()   # after the summary: a signal while it is written ends as any interrupted sweep
