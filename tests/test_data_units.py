@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pretrain.config.errors import PretrainDataError
-from pretrain.data import clean as clean_module, sample
+from pretrain.data import sample
 from pretrain.data.clean import Cleaner, repeated_line_fraction, symbol_ratio
 from pretrain.data.dedup import MinHasher, band_keys
 from pretrain.data.hashing import dedup_words, is_validation, words_digest
@@ -242,15 +242,6 @@ def test_compiled_minhash_is_the_numpy_one_bit_for_bit():
             assert np.array_equal(hasher.signature_of(words_of(text), compiled=False), want), text[:40]
 
 
-def test_symbol_ratio_counts_what_its_patterns_match():
-    """The ASCII fast path (bytes.translate) against the two patterns' own counts, on every ASCII
-    character and on mixed texts."""
-    for text in _texts_of_every_kind():
-        visible = len(text) - len(re.findall(r"\s", text))
-        want = len(re.findall(r"[^\w\s]", text)) / visible if visible else 1.0
-        assert symbol_ratio(text) == want, repr(text[:40])
-
-
 def test_validation_split_is_stable_and_near_the_fraction():
     keys = [f"doc{i}".encode() for i in range(20_000)]
     held = [is_validation(k, 0.05) for k in keys]
@@ -405,17 +396,6 @@ def test_sample_sources_are_bounded_and_deterministic():
     assert any(t.startswith("Problem: ") for t in first)                       # generated problems
     anneal = list(sample.documents("anneal"))
     assert any("### Instruction\nExplain what `" in d.text for d in anneal)
-
-
-def test_the_cleaners_fast_checks_match_the_patterns_on_any_characters():
-    # clean.py skips its control-character regex, and counts symbols above U+007F, by byte deletion:
-    # the same answers as the regexes on texts of ASCII, C1 controls, BOM, CJK, emoji and lone surrogates
-    rng = random.Random(0)
-    alphabet = [chr(i) for i in [*range(0, 300), 0xFEFF, 0xFFFD, 0x4E2D, 0x1F600, 0xD800, 0x2028, 0x85]]
-    for _ in range(5000):
-        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
-        assert clean_module.non_ascii(text) == "".join(c for c in text if ord(c) > 0x7F), repr(text)
-        assert clean_module._has_control(text) == (clean_module._CONTROL.search(text) is not None), repr(text)
 
 
 def test_a_streamed_writer_waits_for_each_chunk_and_stops_when_the_stage_beside_it_fails(tmp_path):

@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config.errors import PretrainDataError
 from pretrain.config.validate import check_data_config
-from pretrain.data import tokenizer as tokenizers
+from pretrain.data import clean as clean_rules, tokenizer as tokenizers
 from pretrain.data.charsets import warnings
 from pretrain.data.fsutil import building, sweep_stale, temp_dir_for, write_json_atomic
 from pretrain.data.hashing import UNSPACED, content_fingerprint, digest, file_sha256
@@ -270,6 +270,8 @@ def _plan(name: str, src, cfg) -> _Source:
     key = digest({"v": VERSION, "inputs": inputs, "text_field": src.text_field, "clean": _plain(cfg.clean),
                   "dedup": _plain(cfg.dedup), "val_fraction": cfg.val_fraction,
                   "unspaced": UNSPACED if cfg.dedup.near else None,
+                  # what a Chinese or Japanese letter weighs in the length and symbol filters
+                  "wide": [clean_rules.WIDE, clean_rules.WIDE_RANGES],
                   # it decodes the bytes into documents (unset: the key as before the key existed)
                   **({"encoding": encoding} if encoding is not None else {})})
     return _Source(name, files, src.builtin, src.text_field, key, encoding)
