@@ -14,12 +14,14 @@ text in English scores 0.07-0.23. A text without such a letter (English, code, o
 judged exactly as before the weight existed; a text with one that the plain rule kept is kept.
 
 Characters are counted by a table made from the patterns themselves (so it counts exactly what the
-patterns match): an ASCII text by bytes.translate, any other by the flags of every code point taken
-over its UTF-32 code units and counted by bytes.count, not a regex match per character (which made
-Chinese ~5x dearer per character than English).
+patterns match): an ASCII text by bytes.translate, any other by the flags of each BMP code point
+taken over its UTF-32 code units and counted by bytes.count, not a regex match per character (which
+made Chinese ~5x dearer per character than English).
 """
+import functools
 import re
 import unicodedata
+from collections import Counter
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -51,10 +53,12 @@ _ASCII = [chr(c) for c in range(128)]
 _ASCII_SPACE = "".join(c for c in _ASCII if _SPACE.match(c)).encode()
 _ASCII_WORD_OR_SPACE = "".join(c for c in _ASCII if not _SYMBOL.match(c)).encode()
 _ASCII_CONTROL = "".join(c for c in _ASCII if _CONTROL.match(c)).encode()
-# Per code point, what it is to the filters, as flags: one take() over a text's code points gives
-# a byte per character, whose values bytes.count() counts (in C, ~1 ns a character).
-_SPACE_F, _SYMBOL_F, _WIDE_F, _CONTROL_F = 1, 2, 4, 8
-_TABLE: Optional[np.ndarray] = None     # 1.1 MB, built on first use (~0.15 CPU-s a process)
+# Per code point of the BMP, what it is to the filters, as flags: one take() over a text's code
+# points gives a byte per character, whose values bytes.count() counts (in C, ~1 ns a character).
+# A code point above U+FFFF takes the table's last entry, _ASTRAL_F (take's mode="clip"), and is
+# looked up by the patterns (few: emoji, rare Han; a table of all 1.1M cost ~0.15 CPU-s a process).
+_SPACE_F, _SYMBOL_F, _WIDE_F, _CONTROL_F, _ASTRAL_F = 1, 2, 4, 8, 16
+_TABLE: Optional[np.ndarray] = None     # built on first use (~15 ms)
 _VALUES = (_SPACE_F, _SYMBOL_F, _WIDE_F, _SPACE_F | _CONTROL_F, _SYMBOL_F | _CONTROL_F)
 
 
@@ -80,18 +84,24 @@ def _flags(c: str) -> int:
             | _CONTROL_F * (_CONTROL.match(c) is not None))
 
 
+@functools.lru_cache(maxsize=None)
+def _astral_flags(cp: int) -> int:
+    return _flags(chr(cp))
+
+
 def _table() -> np.ndarray:
-    """The flags of every code point, by each pattern's runs over all of them at once."""
+    """The flags of every BMP code point, by each pattern's runs over all of them at once."""
     global _TABLE
     if _TABLE is None:
-        every = np.arange(0x110000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
-        table = np.zeros(0x110000, np.uint8)
+        every = np.arange(0x10000, dtype=np.uint32).tobytes().decode("utf-32-le", "surrogatepass")
+        table = np.zeros(0x10001, np.uint8)
         patterns = ((_SPACE_F, _SPACE), (_SYMBOL_F, _SYMBOL), (_WIDE_F, _WIDE), (_CONTROL_F, _CONTROL))
         for flag, pattern in patterns:
             for m in re.finditer(f"(?:{pattern.pattern})+", every):
                 table[m.start():m.end()] |= flag
         # a wide letter is a letter: the symbols of the wide ranges (・, unassigned points) are not
         table[(table & (_SPACE_F | _SYMBOL_F)) != 0] &= ~np.uint8(_WIDE_F)
+        table[0x10000] = _ASTRAL_F
         _TABLE = table
     return _TABLE
 
@@ -103,10 +113,15 @@ def counts(text: str) -> Counts:
         spaces = len(data) - len(data.translate(None, _ASCII_SPACE))
         return Counts(len(data) - spaces, len(data.translate(None, _ASCII_WORD_OR_SPACE)), 0,
                       len(data) - len(data.translate(None, _ASCII_CONTROL)))
-    flags = _table().take(np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)).tobytes()
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    flags = _table().take(cps, mode="clip").tobytes()
     # the values a character's flags can take: each of the first three alone, or a control character
     # that is a space (\x1c-\x1f, \x85) or a symbol
-    space, symbol, wide, control_space, control_symbol = map(flags.count, _VALUES)
+    found = list(map(flags.count, _VALUES))
+    if flags.count(_ASTRAL_F):
+        astral = Counter(map(_astral_flags, cps[cps > 0xFFFF].tolist()))
+        found = [n + astral[value] for n, value in zip(found, _VALUES)]
+    space, symbol, wide, control_space, control_symbol = found
     control = control_space + control_symbol
     return Counts(len(text) - space - control_space, symbol + control_symbol, wide, control)
 
