@@ -52,6 +52,22 @@ def test_a_scheduler_that_could_not_bind_is_a_failure_naming_its_port(tmp_path):
     assert failure.cause == "scheduler" and "scheduler on port 8118 failed at once" in failure.message
 
 
+# what MindSpore 2.9's scheduler raised when node 1's whole tree was stopped (SIGSTOP) in the 2-node job
+TIMED_OUT = ("RuntimeError: The total number of timed out node is 1. Timed out node list is: [const vector]"
+             "{3}, worker 3 is the first one timed out, please check its log.")
+
+
+def test_a_scheduler_that_heard_no_heartbeat_names_the_rank_and_node_that_timed_out(tmp_path):
+    """Not "failed at once ... the port was taken" (which restarted on another port, and named no
+    node): the rank (and, for the job controller, its node) that stopped sending heartbeats."""
+    (tmp_path / "scheduler.exit").write_text(json.dumps({"exit": 1, "port": "8118", "error": TIMED_OUT}))
+    failure = scheduler_failed(tmp_path, per_node=2)
+    assert (failure.rank, failure.exit, failure.cause, failure.retryable) == (3, None, "timeout", True)
+    assert failure.message.startswith("node 1 (rank 3) timed out: msrun's scheduler heard no heartbeat")
+    assert "port was taken" not in failure.message
+    assert scheduler_failed(tmp_path).message.startswith("rank 3 timed out")   # one host: msrun's ranks
+
+
 def test_a_phase_loss_log_of_mindformers_engine_counts_as_progress(tmp_path):
     progress = Progress(tmp_path, RES)
     progress.restart()

@@ -7,6 +7,9 @@ rendezvous through msrun's real scheduler on node 0), under the job controller.
   tree too, restarts both nodes from the newest checkpoint on a fresh port, and every step's loss
   and the final weights are bitwise the uninterrupted run's.
 Prints, for the kill, the seconds to detection and to the first step after, and the steps lost.
+Issue 40: node 1's whole tree stopped (SIGSTOP) is reported as node 1 timing out, not as a scheduler
+whose port was taken; the namespaces of a controller killed with kill -9 are removed by its orphan
+watch once the ranks stopped, not left for the next run.
 Needs root (network namespaces).
 """
 import json
@@ -255,3 +258,51 @@ def test_disk_full_during_a_save_stops_the_run_with_one_line_and_the_same_comman
     assert losses(run) == reference["losses"]
     ranks = status(run)
     assert ranks[0]["params_sha256"] == ranks[1]["params_sha256"] == reference["params"]
+
+
+def test_node_1_stopped_whole_is_reported_as_node_1_timing_out_and_every_node_restarts(cli, reference):
+    run = cli.cwd / "frozen"
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
+    frozen = None
+    while proc.poll() is None and frozen is None:
+        time.sleep(0.05)
+        if len(train_steps(run)) >= 7:
+            tag, pids = node_tree(run, 1)
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            frozen = {"at": time.time(), "tag": tag}
+    out = cli.finish(proc)
+    (restart,) = events(run, "restart")
+    print(f"\nnode 1 stopped: detected {restart['failed_at'] - frozen['at']:.2f} s later: "
+          f"{restart['cause'][:90]}")
+    assert (restart["node"], restart["rank"], restart["fault"]) == (1, 1, "timeout")
+    assert restart["cause"].startswith("node 1 (rank 1) timed out: msrun's scheduler heard no heartbeat")
+    assert "port was taken" not in out and "restart 1/2" in out
+    assert not tree.tagged([frozen["tag"]])   # the stopped tree was killed, not left stopped
+    assert losses(run) == reference["losses"]
+
+
+def test_a_killed_controllers_namespaces_are_removed_by_its_orphan_watch_once_the_ranks_stopped(cli):
+    from pretrain.launch.netns import Namespaces
+    run = cli.cwd / "orphaned"
+    proc = cli.start(str(run), *NODES)
+    while proc.poll() is None and len(train_steps(run)) < 5:
+        time.sleep(0.05)
+    tags = [node_tree(run, r)[0] for r in (0, 1)]
+    ns = Namespaces(run, 2)
+    names = [f"{ns.tag}-sw", ns.name(0), ns.name(1)]
+    assert all(Path("/run/netns", n).exists() for n in names)
+    os.kill(proc.pid, signal.SIGKILL)   # the controller alone (the nodes run in sessions of their own)
+    proc.wait()
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline and any(Path("/run/netns", n).exists() for n in names):
+            time.sleep(0.2)
+        assert not any(Path("/run/netns", n).exists() for n in names), "they outlived the controller"
+    finally:
+        ns.destroy()   # for a next run of this test, had they stayed
+    assert not tree.tagged(tags)
+    (stopped,) = events(run, "signal")   # the ranks stopped by themselves, at a checkpoint
+    assert (run / "checkpoints" / f"step_{stopped['step']:08d}").is_dir()
+    assert [status(run)[r]["exit"] for r in (0, 1)] == [0, 0]
+    assert "removed the network namespaces" in (run / "logs" / "netns.log").read_text()

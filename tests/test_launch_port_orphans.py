@@ -5,6 +5,12 @@
   it printed nothing and waited for the workers' 600 s cluster timeout);
 - SIGKILL of the launcher: its ranks stop by themselves, at one agreed step, checkpointed, and the
   whole tree (msrun, its scheduler, `tail -f`) ends (before: they trained on to the end as orphans).
+
+Issue 40's, the interrupts:
+- SIGTERM to every process of the launch at once (launcher, msrun, its scheduler, the ranks): a stop
+  at a checkpoint, exit 0 (before: `error: rank 0 of 2 never reported an exit status ...`, exit 2,
+  or msrun's traceback);
+- Ctrl-C twice: the ranks killed, one line, exit 130 (before: a 52-line traceback).
 """
 import json
 import os
@@ -16,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from pretrain.launch import tree
+from pretrain.resilience.orphan import LAUNCHER_ENV
 from tests.conftest import free_port
 from tests.test_launch_msrun import (DP2, RUN, SMALL, events, pretrain,  # noqa: F401 (a fixture)
-                                     rank_status, train_records)
+                                     rank_status, train_records, wait_for_steps)
 
 pytestmark = pytest.mark.slow
 
@@ -70,3 +77,56 @@ def test_ranks_stop_at_a_checkpoint_when_their_launcher_is_killed(pretrain, tmp_
     k = stopped["step"]
     assert 3 <= k < steps and (run / "checkpoints" / f"step_{k:08d}").is_dir()
     assert max(r["step"] for r in train_records(run)) == k
+
+
+def launch_processes(launcher: int):
+    """Every process the launcher started (msrun, its scheduler, the ranks, `tail -f`): they carry its
+    pid for the orphan watch."""
+    mark = f"{LAUNCHER_ENV}={launcher}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        try:
+            if entry.name.isdigit() and mark in Path(entry.path, "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if tree.alive(pid)]
+
+
+LONG = [*DP2, *SMALL, "phase=general", "train.total_tokens=280000"]   # ~380 steps: stopped long before
+
+
+def test_sigterm_to_every_process_of_the_launch_at_once_is_a_stop_at_a_checkpoint(pretrain, tmp_path):
+    proc = pretrain.start(*LONG, f"hardware.master_port={free_port()}")
+    run = tmp_path / RUN
+    wait_for_steps(proc, run, 3)
+    pids = launch_processes(proc.pid)
+    assert len(pids) >= 4   # msrun, its scheduler, two ranks
+    for pid in [proc.pid, *pids]:
+        os.kill(pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "error:" not in err and "Traceback" not in err and "never reported" not in out + err
+    (stopped,) = events(run, "signal")
+    k = stopped["step"]
+    assert (run / "checkpoints" / f"step_{k:08d}").is_dir()
+    assert [rank_status(run)[r]["exit"] for r in (0, 1)] == [0, 0]
+    assert f"stopped by SIGTERM after step {k}" in out or f"resumes from step {k}" in out
+    assert launch_processes(proc.pid) == []
+
+
+def test_ctrl_c_twice_kills_the_ranks_and_ends_in_one_line(pretrain, tmp_path):
+    proc = pretrain.start(*LONG, f"hardware.master_port={free_port()}")
+    run = tmp_path / RUN
+    wait_for_steps(proc, run, 3)
+    proc.send_signal(signal.SIGINT)
+    for line in proc.stdout:   # the launcher passed it on: the ranks are stopping
+        if "SIGINT: the ranks checkpoint at the next step" in line:
+            break
+    proc.send_signal(signal.SIGINT)   # not waiting for that
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    (line,) = err.splitlines()
+    assert line.startswith("interrupted (SIGINT again): the ranks were killed without waiting for their "
+                           "checkpoint; ")
+    assert launch_processes(proc.pid) == []

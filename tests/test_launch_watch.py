@@ -165,6 +165,40 @@ def test_success_needs_every_rank_to_report_zero(logs):
     assert message.startswith("rank 1 of 2 never reported an exit status; msrun exited with code 0")
 
 
+SAVING_RANK = ("import json, os, signal, sys, time\n"
+               "signal.signal(signal.SIGTERM, lambda *a: None)   # the stop: finish the step, save\n"
+               "signal.pause(); time.sleep(0.5)\n"
+               "path = os.path.join(sys.argv[1], f'rank_{sys.argv[2]}.exit')\n"
+               "json.dump({'rank': int(sys.argv[2]), 'exit': 0, 'error': ''}, open(path + '.tmp', 'w'))\n"
+               "os.replace(path + '.tmp', path)\n")
+
+
+def test_after_a_stop_request_the_ranks_not_msrun_or_its_scheduler_say_how_the_launch_ended(logs):
+    """SIGTERM to the launcher, msrun, its scheduler and the ranks at once: msrun and the scheduler end
+    at once, the ranks only after their checkpoint. The launch is the ranks' stop, not a rank that
+    `never reported an exit status` nor a scheduler whose port was taken."""
+    from pretrain.launch.msrun import SCHEDULER_EXIT, scheduler_failed
+    msrun = sleeper()
+    msrun.terminate()
+    msrun.wait()
+    write_atomic(logs / SCHEDULER_EXIT, json.dumps({"exit": 1, "port": "8118", "error": "RuntimeError: x"}))
+    ranks = [subprocess.Popen([sys.executable, "-c", SAVING_RANK, str(logs), str(r)], start_new_session=True)
+             for r in (0, 1)]
+    try:
+        for r, p in enumerate(ranks):
+            started(logs, r, p.pid)
+        time.sleep(0.3)   # the ranks' handlers are in place
+        watch = RankWatch(logs, 2)
+        assert watch.wait(msrun, lambda: scheduler_failed(logs)) is not None   # no stop asked: a failure
+        watch.request_stop()   # SIGTERM to each rank, as the launcher passes the user's on
+        assert watch.wait(msrun, lambda: scheduler_failed(logs)) is None
+        assert sorted(watch.exits()) == [0, 1]
+    finally:
+        for p in ranks:
+            p.kill()
+            p.wait()
+
+
 def test_a_zombie_counts_as_dead():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.time() + 10

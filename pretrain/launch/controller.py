@@ -6,7 +6,8 @@ too, once the scheduler's heartbeat timeout passes. So a restart is the whole jo
 generation starts every node's process tree (RUN_DIR/launch/node_<r>.sh: bash, msrun, its
 scheduler and `tail -f`, the workers msrun setsid()s) on a fresh master port; the controller
 watches the ranks' files in RUN_DIR/logs/ (pretrain.launch.msrun.RankWatch: a non-zero exit, a
-rank gone without one), each node's own process (a node agent gone is a lost node), and the run's
+rank gone without one), each node's own process (a node agent gone is a lost node), msrun's
+scheduler (a node stopped or frozen: no heartbeat for ~30 s, it names the node), and the run's
 progress (no new line in metrics.jsonl within resilience.watchdog_timeout_s plus a margin: a rank
 stopped or stuck where its own watchdog cannot fire). On a failure it stops every node's whole
 tree, then starts the next generation from the newest verified checkpoint, within
@@ -24,7 +25,8 @@ file only once it is complete.
 
 Where the nodes run:
 - `LocalNodes`: all on this host (hardware.nodes_on_this_host, e.g. hardware=cpu_2x1), each in a
-  network namespace of its own (pretrain.launch.netns; why: there).
+  network namespace of its own (pretrain.launch.netns; why: there), which a janitor process
+  removes should the controller be killed.
 - `SlurmNodes`: one `srun` task per node of the allocation (launchers/slurm.sbatch runs
   `python -m pretrain.launch.controller RUN_DIR` on its first node); Slurm's step cleanup ends
   each node's tree. SIGUSR1 (`#SBATCH --signal=B:USR1@90`, before the time limit) stops the ranks
@@ -50,6 +52,7 @@ from pretrain.launch.launches import remaining_launches
 from pretrain.launch.supervise import Failure
 from pretrain.launch.tree import TAG_ENV, kill_tagged, new_tag, sigkill
 from pretrain.resilience.orphan import LAUNCHER_ENV
+from pretrain.resilience.signals import StopForced
 
 STALL_MARGIN_S = 30.0   # past the ranks' own watchdog: they report a hang better when they can
 STOP_WAIT_S = 15.0
@@ -105,13 +108,22 @@ class LocalNodes:
         self.master_addr = self.ns.address(0)
         self.heads = NodeHeads([], run_dir / "logs")   # this generation's node processes
         self.tags: List[str] = []
+        # the ranks stop by themselves within their watchdog's timeout once this controller is gone
+        self.orphan_grace_s = float(cfg.resilience.watchdog_timeout_s) + STOP_WAIT_S
+        self.janitor: Optional[subprocess.Popen] = None
 
     def __enter__(self) -> "LocalNodes":
         self.ns.create()
+        # removes the namespaces should this controller be killed before __exit__ does
+        self.janitor = self.ns.janitor(self.run_dir, os.getpid(), self.orphan_grace_s,
+                                       rundir.held_fd(self.run_dir))
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+        if self.janitor is not None:   # first: it holds the run dir's lock, and must not race the removal
+            sigkill(self.janitor.pid)
+            self.janitor.wait()
         self.ns.destroy()
 
     def start(self, env: Dict[str, str], lock: Optional[int]) -> None:
@@ -394,15 +406,15 @@ def _generation(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWat
 
     def check() -> Optional[Failure]:
         # a port taken on the master before its scheduler bound it: the next generation takes another
-        return msrun.scheduler_failed(logs) or nodes.failed_node() or progress.stalled()
+        return msrun.scheduler_failed(logs, nodes.per_node) or nodes.failed_node() or progress.stalled()
     try:
         failure = ranks.wait(nodes, check)
     finally:
         ranks.deaths.close()
         nodes.stop()   # on success too: a scheduler or `tail -f` left behind
-    if failure is not None and failure.rank >= 0:
+    if failure is not None and failure.rank >= 0 and not failure.message.startswith("node "):
         node = failure.rank // nodes.per_node
-        failure = Failure(failure.rank, failure.exit, f"node {node}: {failure.message}")
+        failure = Failure(failure.rank, failure.exit, f"node {node}: {failure.message}", cause=failure.cause)
     return failure
 
 
@@ -414,8 +426,8 @@ def _node_of(message: str) -> Optional[int]:
 def _stop_handler(stopping: List[int], nodes: Any, ranks: Callable[[], msrun.RankWatch]):
     def handler(signum, frame):
         stopping.append(signum)
-        if len(stopping) > 1 and signum != signal.SIGUSR1:
-            raise KeyboardInterrupt
+        if len(stopping) > 1 and signum != signal.SIGUSR1:   # every node's tree is killed on the way out
+            raise StopForced(signum, "every node's ranks were killed without waiting for their checkpoint")
         print(f"{signal.Signals(signum).name}: the ranks checkpoint at the next step and stop", flush=True)
         if isinstance(nodes, SlurmNodes):
             nodes.request_stop()
@@ -448,6 +460,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except USER_ERRORS as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)
+    except StopForced as exc:   # a second stop signal: the nodes' trees are killed already
+        print(f"interrupted ({signal.Signals(exc.signum).name} again): {exc.what}; the same command resumes "
+              f"from the newest checkpoint in {run_dir / 'checkpoints'}", file=sys.stderr)
+        return 128 + exc.signum
     return 0
 
 

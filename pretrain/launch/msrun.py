@@ -10,10 +10,14 @@ that rank's last log lines; the other ranks and msrun are then killed, and the j
 from its newest verified checkpoint within resilience.max_restarts / restart_window, shrinking
 its data-parallel size with resilience.elastic (pretrain.launch.supervise). Ctrl-C or SIGTERM to the
 launcher goes on to the ranks as SIGTERM, so they checkpoint at the next step boundary (all at
-the same step: pretrain.train.ranks.AgreedStop) and exit 0, and the launch ends normally.
+the same step: pretrain.train.ranks.AgreedStop) and exit 0, and the launch ends normally. From
+then on the ranks alone say how it ended: msrun and its scheduler, when a `kill` of the whole job
+reached them too, may end first (msrun's own stderr is RUN_DIR/logs/msrun.log). A second one
+kills the ranks (StopForced: the app says so in one line, exit 130).
 """
 import json
 import os
+import re
 import select
 import shlex
 import signal
@@ -38,16 +42,21 @@ from pretrain.launch.console import ConsoleRelay
 from pretrain.launch.supervise import Failure
 from pretrain.resilience.events import EventLog
 from pretrain.resilience.orphan import LAUNCHER_ENV
+from pretrain.resilience.signals import StopForced
 
 CLUSTER_TIME_OUT_S = 600
 LAST_LINES = 12
 POLL_S = 0.1
 SCHEDULER_EXIT = "scheduler.exit"   # pretrain.worker.scheduler's failure report
+MSRUN_LOG = "msrun.log"             # msrun's own stderr
 PORT_TRIES = 5     # a master port taken between the check and the scheduler's bind: tried again
 EXIT_GRACE_S = 60.0      # after every rank reported success, msrun and its scheduler get this long
 # Lines of a worker log that are noise, not the error: MindSpore/MindFormers warnings, progress bars.
 _NOISE = ("[WARNING]", "[INFO]", " - WARNING - ", " - INFO - ", "%|")
 _REPORT_STARTS = ("Traceback (most recent call last)", "error:", "watchdog:", "Fatal Python error")
+# MindSpore 2.9's scheduler, a rank's heartbeats missing: "The total number of timed out node is 1. Timed
+# out node list is: [const vector]{1}, worker 1 is the first one timed out, please check its log."
+_TIMED_OUT = re.compile(r"worker (\d+) is the first one timed out")
 
 
 def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0, phase: Optional[str] = None) -> List[str]:
@@ -140,9 +149,9 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
     if ranks.world == 1:   # one device left after a shrink: no cluster to rendezvous, no msrun
         cmd = [sys.executable, "-m", "pretrain.worker", str(run_dir), *([phase] if phase else [])]
         env = {k: v for k, v in env.items() if k not in ("RANK_ID", "RANK_SIZE", "MS_ROLE")}
-        out = open(logs / "worker_0.log", "ab")
+        out = err = open(logs / "worker_0.log", "ab")
     else:
-        cmd, out = command(cfg, run_dir, phase=phase), None
+        cmd, out, err = command(cfg, run_dir, phase=phase), None, None
     print("launch:", shlex.join(cmd) + (f" (log: {logs / 'worker_0.log'})" if out else ""), flush=True)
     # msrun (or the one worker) inherits the run dir's lock (pretrain.rundir), so it stays held
     # while the ranks live, even when this launcher is killed.
@@ -152,14 +161,17 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
         if out is None:   # msrun's console (rank 0's log, tailed) through the chatter filter
             read_end, out = os.pipe()
             relay = ConsoleRelay(read_end)
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out,
-                                stderr=out if relay is None else None,
+            # msrun's own report (a traceback when its scheduler ended badly, as in a stop) stays in
+            # the run's logs; the launcher says in one line what happened
+            err = open(logs / MSRUN_LOG, "ab")
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=out, stderr=err,
                                 pass_fds=() if lock is None else (lock,))
-    finally:   # the child holds its own copy of the write end / log file
+    finally:   # the child holds its own copies of the write end and the log file(s)
         if relay is not None:
             os.close(out)
-        elif out is not None:
-            out.close()
+        if err is not None:
+            err.close()
+    stopped = None
     try:
         try:
             failure = ranks.wait(proc, lambda: scheduler_failed(logs))
@@ -168,29 +180,50 @@ def _launch_once(cfg: DictConfig, run_dir: Path, ranks: "RankWatch", devices: Li
             raise
         finally:
             ranks.deaths.close()
-        if failure is not None or proc.poll() is None:   # failed, or msrun lingering after success
+        if failure is None and ranks.stopping and proc.poll() not in (None, 0):
+            # rank 0 said so on the console through msrun's `tail -f`, which may have gone with msrun
+            stopped = (f"stopped: every rank checkpointed and exited 0 (msrun itself ended with code "
+                       f"{proc.returncode}, see {logs / MSRUN_LOG}); the same command resumes from step "
+                       f"{supervise.steps_lost(run_dir, cfg)[1] or 0} ({run_dir / 'checkpoints'})")
+        if failure is not None or proc.poll() != 0:   # failed, msrun lingering, or gone before its ranks
             _kill(proc, ranks, tag)
     finally:
         if relay is not None:
             relay.stop()
+    if stopped:   # after what the relay still had
+        print(stopped, flush=True)
     return failure
 
 
-def scheduler_failed(logs: Path) -> Optional[Failure]:
-    """msrun's scheduler ended with an error (pretrain.worker.scheduler left why): the ranks would
-    only wait for it until their cluster timeout."""
+def scheduler_failed(logs: Path, per_node: Optional[int] = None) -> Optional[Failure]:
+    """msrun's scheduler ended with an error (pretrain.worker.scheduler left why). At once: its port
+    was taken between the check and its bind (the ranks would only wait for it until their cluster
+    timeout). Later: it heard no heartbeat from a rank for MS_NODE_TIMEOUT (~30 s), whose process
+    (or node: `per_node` ranks each, for the job controller) is stopped, frozen or cut off; the
+    scheduler names the first such rank."""
     try:
         info = json.loads((logs / SCHEDULER_EXIT).read_text())
     except (OSError, ValueError):
         return None
+    error, log = info.get("error") or "", logs / "scheduler.log"
+    timed_out = _TIMED_OUT.search(error)
+    if timed_out:
+        rank = int(timed_out.group(1))
+        who = f"rank {rank}" if per_node is None else f"node {rank // per_node} (rank {rank})"
+        return Failure(rank, None, cause="timeout", message=(
+            f"{who} timed out: msrun's scheduler heard no heartbeat from it (stopped, frozen, or cut off "
+            f"from the network), see {log}; the run resumes from its last checkpoint when relaunched with "
+            f"the same command"))
     return Failure(-1, int(info["exit"]), f"msrun's scheduler on port {info.get('port')} failed at once "
-                   f"({info.get('error')}; see {logs / 'scheduler.log'}): the port was taken after the check",
-                   cause="scheduler")
+                   f"({error}; see {log}): the port was taken after the check", cause="scheduler")
 
 
 def _gave_up(failure: Failure, budget: "supervise.RestartBudget", res: DictConfig, stopping: List[int],
              shrink: bool = True) -> PretrainRunError:
-    if stopping or not failure.retryable:
+    if stopping:   # a stop was asked for and a rank did not get there
+        asked = signal.Signals(stopping[0]).name
+        return PretrainRunError(f"{asked} asked every rank to checkpoint and stop, but {failure.message}")
+    if not failure.retryable:
         return PretrainRunError(failure.message)
     why = (f"resilience.max_restarts={budget.max_restarts} restarts within resilience.restart_window="
            f"{res.restart_window:g} s are spent" if budget.max_restarts else
@@ -248,8 +281,8 @@ def _forward_stop_signals(ranks: "RankWatch") -> Iterator[List[int]]:
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
-        if len(received) > 1:
-            raise KeyboardInterrupt
+        if len(received) > 1:   # _launch_once kills every rank on the way out; the app says so in one line
+            raise StopForced(signum, "the ranks were killed without waiting for their checkpoint")
         print(f"{signal.Signals(signum).name}: the ranks checkpoint at the next step and stop "
               f"(send it again to kill them)", flush=True)
         ranks.request_stop()
@@ -392,16 +425,21 @@ class RankWatch:
                 return Failure(vanished, None, self.message(
                     vanished, "ended without an exit status (killed by a signal or the OOM killer, or "
                               "exited below Python)"))
-            found = check() if check is not None and len(exits) < self.world else None
+            # After a stop request the ranks' own word decides: msrun, its scheduler or a node's head
+            # may end first (a `kill` of the whole job reaches them too) while the ranks still save.
+            found = check() if check is not None and len(exits) < self.world and not self.stopping else None
             if found is not None:
                 return found
             if proc.poll() is not None:
                 if len(exits) == self.world or (self.trust_exit_code and proc.returncode == 0):
                     return None
+                if self.stopping and any(tree.alive(pid) for r, pid in pids.items() if r not in exits):
+                    self.deaths.sleep(POLL_S)
+                    continue
                 missing = sorted(set(range(self.world)) - set(exits))
                 return Failure(missing[0], None, self.message(
                     missing[0], f"never reported an exit status; msrun exited with code {proc.returncode} "
-                                f"(see {self.logs / 'scheduler.log'})"))
+                                f"(see msrun's and its scheduler's logs in {self.logs})"))
             if len(exits) == self.world:   # all ranks done: msrun only waits for its scheduler now
                 done_at = done_at or time.time()
                 if time.time() - done_at > EXIT_GRACE_S:

@@ -12,15 +12,28 @@ owns the master address, and every byte between nodes crosses that bridge, as be
 Layout for a job of N nodes (names from a tag, so concurrent jobs never meet): namespace
 `<tag>-sw` holds a bridge; namespace `<tag>-<r>` holds node r's end of a veth pair, address
 10.<a>.<b>.<r+1>/24, and its own loopback. Creating them needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+
+The job controller removes them when it ends. Killed (kill -9), it cannot: its janitor, a small
+process of its own started beside the namespaces (`python -m pretrain.launch.netns`), does, once
+the nodes' processes inside have stopped by themselves (pretrain.resilience.orphan), instead of
+the next run on that run dir.
 """
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from pretrain.config.errors import PretrainRunError
+from pretrain.launch.tree import sigkill
+from pretrain.resilience.orphan import wait_gone
+
+JANITOR_LOG = "netns.log"   # in RUN_DIR/logs: what the janitor did
+POLL_S = 0.5
 
 
 class Namespaces:
@@ -69,8 +82,62 @@ class Namespaces:
                                        f"separate hosts")
         return self
 
+    def names(self) -> List[str]:
+        return [f"{self.tag}-sw", *(self.name(r) for r in range(self.nodes))]
+
     def destroy(self) -> None:
         """Deleting a namespace deletes its veth ends (and the peer with it) and its bridge."""
-        for ns in [f"{self.tag}-sw", *(self.name(r) for r in range(self.nodes))]:
+        for ns in self.names():
             if Path("/run/netns", ns).exists():
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    def pids(self) -> List[int]:
+        """The processes inside the namespaces (what runs the nodes)."""
+        found: List[int] = []
+        for ns in self.names():
+            if Path("/run/netns", ns).exists():
+                listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+                found += [int(p) for p in listed.split()]
+        return found
+
+    def janitor(self, run_dir: Path, owner: int, grace_s: float, lock: Optional[int]) -> subprocess.Popen:
+        """Start the process that removes the namespaces if `owner` (the job controller) dies without
+        doing so: once nothing runs inside them, or grace_s after its death (the ranks stop within
+        their watchdog's timeout), killing what is left. It holds the run dir's lock (`lock`) until
+        then, so the next run on that dir never meets them half removed. The owner kills it before
+        it removes them itself."""
+        logs = run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / JANITOR_LOG, "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "pretrain.launch.netns", str(owner), f"{grace_s:g}", str(run_dir),
+                 str(self.nodes)], start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, pass_fds=() if lock is None else (lock,))
+
+
+def clean_up_after(owner: int, grace_s: float, namespaces: Namespaces) -> None:
+    """The janitor's work: `owner` gone, wait for the namespaces to empty (grace_s at most), kill
+    what is left, remove them."""
+    wait_gone(owner)
+    deadline = time.monotonic() + grace_s
+    while namespaces.pids() and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    left = namespaces.pids()
+    for pid in left:
+        sigkill(pid)
+    namespaces.destroy()
+    print(f"job controller (pid {owner}) gone: removed the network namespaces {', '.join(namespaces.names())}"
+          + (f" (killed what still ran in them after {grace_s:g} s: pids {left})" if left else ""),
+          flush=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """`python -m pretrain.launch.netns OWNER_PID GRACE_S RUN_DIR NODES`: the janitor (Namespaces.janitor)."""
+    owner, grace_s, run_dir, nodes = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C meant for the controller is not for it
+    clean_up_after(int(owner), float(grace_s), Namespaces(Path(run_dir), int(nodes)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,7 +34,7 @@ class Failure:
     rank: int
     exit: Optional[int]    # None: the rank vanished without an exit status (kill -9, OOM killer)
     message: str
-    cause: str = "rank"    # rank | scheduler (its port taken) | node | stall
+    cause: str = "rank"    # rank | scheduler (its port taken) | timeout (no heartbeat) | node | stall
 
     @property
     def retryable(self) -> bool:
