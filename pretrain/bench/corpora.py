@@ -343,7 +343,7 @@ def write(kind: str, directory: Path, mb: float, seed: int = 0, files: int = FIL
     docs = documents(kind, mb, seed)
     paths = [directory / f"part-{i}.jsonl" for i in range(files)]
     for i, path in enumerate(paths):
-        with open(path, "w") as f:
-            for text in docs[i::files]:
-                f.write(json.dumps({"text": text}) + "\n")
+        with open(path, "w", encoding="utf-8") as f:
+            for text in docs[i::files]:     # UTF-8, as Chinese dumps are: \uXXXX escapes would double
+                f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")     # their size
     return paths
