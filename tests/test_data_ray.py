@@ -120,19 +120,20 @@ def test_ray_and_local_write_byte_identical_shards_and_manifests(corpus, local, 
 
 
 def test_a_rerun_after_a_failed_task_redoes_only_unfinished_tasks(corpus, local, tmp_path, data_fail):
+    # (the four small files are one read task, grouped: the partitioned near stage has several tasks)
     cfg = _cfg(tmp_path / "cache", corpus, "local", **_given_tokenizer(local))
-    undo = data_fail("final/00002")
-    with pytest.raises(RuntimeError, match="injected failure in task final/00002"):
+    undo = data_fail("near/5")
+    with pytest.raises(RuntimeError, match="injected failure in task near/5"):
         prepare(cfg, progress=False)
     work = next((tmp_path / "cache" / "work").iterdir())
-    done = sorted(p.name for p in (work / "final").iterdir())
-    assert "00002" not in done and all((work / "final" / d / "done.json").is_file() for d in done)
+    done = sorted(p.name for p in (work / "near").iterdir())
+    assert "5" not in done and all((work / "near" / d / "done.json").is_file() for d in done)
     undo()
     stages.counts.clear()
     again = prepare(cfg, progress=False)["web"]
-    assert stages.counts["read"] == (0, 4) and stages.counts["exact"] == (0, stages.EXACT_PARTS)
-    assert stages.counts["near"] == (0, stages.BAND_PARTS) and stages.counts["components"] == (0, 1)
-    assert stages.counts["final"] == (4 - len(done), len(done))    # only what had not committed
+    assert stages.counts["read"] == (0, 1) and stages.counts["exact"] == (0, stages.EXACT_PARTS)
+    assert stages.counts["near"] == (stages.BAND_PARTS - len(done), len(done))   # only what had not committed
+    assert stages.counts["components"] == (1, 0) and stages.counts["final"] == (1, 0)
     assert stages.counts["tokenize"][1] == 0                        # a later stage: all new
     assert _manifest(again, "tokenizer", "keys") == _manifest(local, "tokenizer", "keys")
     assert _files(again) == _files(local)
