@@ -17,13 +17,13 @@ NUMBER = r"[+-]?\d+(?:\.\d+)?"
 
 @pytest.fixture
 def bench(tmp_path, data_cache):
-    """bench(name, *args) runs `python -m pretrain.bench.<name> ARGS` in tmp_path over the session's
+    """bench(module, *args) runs `python -m pretrain.bench.<name> ARGS` in tmp_path over the session's
     data cache, its scratch dirs (tempfile) under tmp_path/scratch; returns (stdout, scratch)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
 
-    def run(name, *args, timeout=900):
-        proc = subprocess.run([sys.executable, "-m", f"pretrain.bench.{name}", *args], cwd=tmp_path,
+    def run(module, *args, timeout=900):
+        proc = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path,
                               env=python_env(data_cache, {"TMPDIR": str(scratch)}), capture_output=True,
                               text=True, timeout=timeout)
         assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -34,7 +34,7 @@ def bench(tmp_path, data_cache):
 
 def test_resilience_bench_quick(bench):
     """Save stall, background write, verify and load of a shrunken model's checkpoint: seconds."""
-    out, scratch = bench("resilience", "--repeats", "1", "--steps", "1", *SMALL_MODEL)
+    out, scratch = bench("pretrain.bench.resilience", "--repeats", "1", "--steps", "1", *SMALL_MODEL)
     assert re.search(r"model=tiny: 0\.60M params, checkpoint \d+\.\d MiB \(weights \+ Adam m/v \+ state\), "
                      r"\d+ cores, medians of 1", out), out
     for row in ("proxy training step", "sync:  save stall", "async: save stall (snapshot)",
@@ -46,7 +46,7 @@ def test_resilience_bench_quick(bench):
 
 @pytest.mark.slow   # ~1 min: five variants compile their own graphs
 def test_train_bench(bench):
-    out, scratch = bench("train", "rounds=1", "steps=1", *SMALL_MODEL)
+    out, scratch = bench("pretrain.bench.train", "rounds=1", "steps=1", *SMALL_MODEL)
     assert "model=tiny (598,336 params), 8 x 64 = 512 tokens/step" in out and "1 rounds x 1 steps" in out, out
     row = rf"^(bare_jit|bare_cell|step|-clip|loop)\s+\d+\.\d+\s+\d+\s+({NUMBER})%$"
     rows = dict(re.findall(row, out, re.M))
@@ -61,7 +61,7 @@ def test_train_bench(bench):
 
 @pytest.mark.slow   # ~1 min: two graphs
 def test_train_bench_document_mask(bench):
-    out, _ = bench("train", "compare=document_mask", "rounds=1", "steps=1", *SMALL_MODEL)
+    out, _ = bench("pretrain.bench.train", "compare=document_mask", "rounds=1", "steps=1", *SMALL_MODEL)
     assert re.search(r"^mask on\s+\d+\.\d+ s/step\s+\d+ tokens/s$", out, re.M), out
     assert re.search(r"^mask off\s+\d+\.\d+ s/step\s+\d+ tokens/s$", out, re.M), out
     assert re.search(r"^step time mask on / off: \d+\.\d+$", out, re.M), out
@@ -70,14 +70,14 @@ def test_train_bench_document_mask(bench):
 @pytest.mark.slow   # two short trainings, one per engine
 def test_engine_bench(bench):
     tiny = [o for o in ENGINE_SMALL if not o.startswith("train.total_tokens=")] + ["train.total_tokens=3000"]
-    out, _ = bench("engine", *tiny)
+    out, _ = bench("pretrain.bench.engine", *tiny)
     found = re.search(r"pretrain (\d+) \| mindformers (\d+) \| mindformers/pretrain (\d+\.\d+)", out)
     assert found and int(found[1]) > 0 and int(found[2]) > 0, out
 
 
 @pytest.mark.slow   # two short trainings of 7 steps
 def test_dssn_bench(bench):
-    out, scratch = bench("dssn", "model.num_layers=2", "train.total_tokens=5120")
+    out, scratch = bench("pretrain.bench.dssn", "model.num_layers=2", "train.total_tokens=5120")
     steps = re.findall(rf"^\s+(\d+)(?:\s+{NUMBER}){{4}}$", out, re.M)
     assert steps == ["1", "7"], out   # every 10th step and the last, of 0.7 x 5120 / 512 = 7
     for name in ("dssn", "pre-norm"):
@@ -88,7 +88,7 @@ def test_dssn_bench(bench):
 
 @pytest.mark.slow   # one process and msrun's two ranks, then a kill -9
 def test_launch_bench(bench):
-    out, _ = bench("launch", "steps=3", *SMALL_MODEL)
+    out, _ = bench("pretrain.bench.launch", "steps=3", *SMALL_MODEL)
     row = r"^(single|dp2)" + r"\s+(\S+)" * 5 + "$"
     rows = {m[0]: m[1:] for m in re.findall(row, out, re.M)}
     assert list(rows) == ["single", "dp2"], out
@@ -99,7 +99,7 @@ def test_launch_bench(bench):
 
 @pytest.mark.slow   # sync and async runs of 40 steps, each killed -9 once and resumed
 def test_resilience_bench_real(bench):
-    out, _ = bench("resilience", "--real", "--kills", "1")
+    out, _ = bench("pretrain.bench.resilience", "--real", "--kills", "1")
     assert re.search(r"^sync\s+\d+\.\dms", out, re.M) and re.search(r"^async\s+\d+\.\dms", out, re.M), out
     assert "resume after kill -9 (n=2)" in out, out
     lost = re.search(r"steps lost per crash: \[(\d+), (\d+)\]", out)
