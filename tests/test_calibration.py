@@ -97,11 +97,28 @@ def test_a_calibrated_plan_says_so_and_uses_the_fit(compose_many):
     assumed, measured = plan(ResolvedRun.of(cfg)), plan(ResolvedRun.of(cfg), cal)
     assert measured.step_s == pytest.approx(0.8) and measured.tokens_per_s == pytest.approx(
         assumed.tokens_per_step / 0.8)
-    assert measured.process_gb == pytest.approx(4.2) and assumed.framework_gb == 0.0
+    assert measured.process_gb == pytest.approx(4.2)
     assert "measured on h, 2026-12-03" in format_plan(measured) and "assumed" not in format_plan(measured)
     assert "(assumed: train.efficiency=0.45" in format_plan(assumed)
     ascend = compose_many(["model=llama3_8b", "hardware=ascend910b_1x8", "parallel=dp8"])
     assert plan(ResolvedRun.of(ascend), cal).framework_gb == 0.0   # host memory says nothing of a device's
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_an_uncalibrated_cpu_plan_assumes_the_hardwares_runtime_and_graph_multiple(compose_many, accumulate):
+    """Until a calibration measures it, a CPU process is planned as hardware.runtime_gb plus, per training
+    graph it compiles (two under gradient accumulation), graph_activation_multiple x the activations."""
+    extra = ["parallel.micro_batch_size=4"] if accumulate else []
+    got = plan(ResolvedRun.of(compose_many([*extra, "hardware.runtime_gb=0.5",
+                                            "hardware.graph_activation_multiple=10"])))
+    acts = got.peak.activations_gb + got.peak.logits_gb
+    graphs = 2 if accumulate else 1
+    assert got.layout.grad_accum == graphs and acts > 0
+    assert got.framework_gb == pytest.approx(0.5 + (10 * graphs - 1) * acts)
+    assert got.process_gb == pytest.approx(got.peak_gb + got.framework_gb)
+    assert "assumed: hardware.runtime_gb + hardware.graph_activation_multiple" in format_plan(got)
+    none = plan(ResolvedRun.of(compose_many(["hardware.runtime_gb=0", "hardware.graph_activation_multiple=1"])))
+    assert none.framework_gb == 0.0 and "process:" not in format_plan(none)
 
 
 def test_the_summary_sets_measured_beside_planned_and_plan_json_keeps_it(tmp_path):

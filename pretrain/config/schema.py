@@ -99,6 +99,10 @@ class HardwareConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = between(1, 65535, 8118)
     min_devices: int = between(1, 2**30, 1)   # resilience.elastic never shrinks the job below this
+    # A CPU process holds MindSpore's runtime and, per training graph it compiled, an unfused multiple
+    # of the planned activations: what the plan assumes for it until a calibration measures it.
+    runtime_gb: float = between(0.0, 1e4, 0.0)
+    graph_activation_multiple: float = between(1.0, 1e3, 1.0)
     # every node on this host, each in a network namespace of its own, under the job controller
     # (pretrain/launch/controller.py): a cluster stand-in for tests (needs root)
     nodes_on_this_host: bool = False

@@ -323,7 +323,7 @@ def plan(run: ResolvedRun, calibration: Optional[Calibration] = None) -> Plan:
                 hfu=mfu * recompute_factor, phases=days, total_days=total_days, checkpoint=ckpt,
                 efficiency=float(_get(train, "efficiency", 0.45)), target=target, warnings=tuple(warnings),
                 engine=lay.engine, calibration=calibration.source if calibration else None,
-                framework_gb=_framework_gb(calibration, peak, lay) if str(_get(hw, "device")) == "cpu"
+                framework_gb=_framework_gb(calibration, hw, peak, lay) if str(_get(hw, "device")) == "cpu"
                 else 0.0)
 
 
@@ -342,10 +342,14 @@ def memory_split_gb(plan_: "Plan") -> Tuple[float, float]:
     return peak.total_gb - acts, acts * _graphs(plan_.layout)
 
 
-def _framework_gb(calibration: Optional[Calibration], peak: StageMemory, lay: ParallelLayout) -> float:
-    if calibration is None:
-        return 0.0
-    return calibration.beyond_plan_gb(peak.activations_gb + peak.logits_gb, _graphs(lay))
+def _framework_gb(calibration: Optional[Calibration], hw: Any, peak: StageMemory, lay: ParallelLayout) -> float:
+    """What a CPU process holds beyond the planned peak: as its calibration measured, else as the hardware
+    option assumes (hardware.runtime_gb, hardware.graph_activation_multiple)."""
+    acts = peak.activations_gb + peak.logits_gb
+    if calibration is not None:
+        return calibration.beyond_plan_gb(acts, _graphs(lay))
+    assumed = float(_get(hw, "runtime_gb", 0.0)), float(_get(hw, "graph_activation_multiple", 1.0))
+    return assumed[0] + (assumed[1] * _graphs(lay) - 1.0) * acts
 
 
 def device_flops_per_step(run: ResolvedRun) -> float:

@@ -2,6 +2,8 @@
 from typing import Any, List
 
 _PARTS = ("weights", "grads", "optim", "activ", "logits", "total")
+ASSUMED_FRAMEWORK = ("assumed: hardware.runtime_gb + hardware.graph_activation_multiple x activations, "
+                     "until a run or plan.calibrate=true measures it")
 
 
 def _si(x: float) -> str:
@@ -37,7 +39,7 @@ def _memory(plan: Any) -> List[str]:
     if plan.framework_gb:
         rows.append(f"           process: {plan.process_gb:.{digits}f} GB with the framework's own "
                     f"{plan.framework_gb:.{digits}f} GB (its runtime and what its graphs keep; "
-                    f"{plan.calibration})")
+                    f"{plan.calibration or ASSUMED_FRAMEWORK})")
     return rows
 
 
