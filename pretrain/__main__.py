@@ -27,6 +27,9 @@ def main() -> None:
     if sys.argv[1:2] == ["status"]:   # `pretrain status RUN_DIR`: reads a run dir, composes nothing
         from pretrain.status.__main__ import main as status
         sys.exit(status(sys.argv[2:]))
+    if sys.argv[1:2] == ["export"]:   # `pretrain export RUN_DIR --to DIR`: a Hugging Face model dir
+        from pretrain.export.__main__ import main as export
+        sys.exit(export(sys.argv[2:]))
     from pretrain.app import main as guarded   # interrupts as one line (a sweep's with its summary)
     guarded(_app)
 
