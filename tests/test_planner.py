@@ -230,7 +230,8 @@ def test_checkpoint_interval_is_the_optimum():
     p = plan_of(*L70)
     ck = p.checkpoint
     assert ck.mtbf_hours == pytest.approx(1 / (1.97e-5 * 64))
-    assert ck.write_s == pytest.approx(ck.gb_per_device * 8 / planner.CHECKPOINT_WRITE_GBPS_PER_NODE)
+    assert ck.write_s == pytest.approx(ck.gb_per_device * 8 / 2.0)   # a node's 8 shards at 2 GB/s (the default)
+    assert plan_of(*L70, "hardware.checkpoint_write_gbps=4").checkpoint.write_s == pytest.approx(ck.write_s / 2)
     t, mtbf = ck.interval_minutes * 60, ck.mtbf_hours * 3600
     assert t == pytest.approx(optimal_checkpoint_interval(ck.write_s, mtbf))
     at = functools.partial(checkpoint_overhead, write_s=ck.write_s, mtbf_s=mtbf, restart_s=600.0)

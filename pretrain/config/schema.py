@@ -99,6 +99,10 @@ class HardwareConfig:
     master_addr: str = "127.0.0.1"
     master_port: int = between(1, 65535, 8118)
     min_devices: int = between(1, 2**30, 1)   # resilience.elastic never shrinks the job below this
+    # One node's aggregate checkpoint write bandwidth: every rank writes its own shard, so a node writes
+    # devices_per_node shards at once. 2 GB/s is a conservative figure for a parallel file system seen
+    # from one node; measure yours (python -m pretrain.bench.resilience times a save).
+    checkpoint_write_gbps: float = between(0.0, 1e6, 2.0, low_open=True)
     # A CPU process holds MindSpore's runtime and, per training graph it compiled, an unfused multiple
     # of the planned activations: what the plan assumes for it until a calibration measures it.
     runtime_gb: float = between(0.0, 1e4, 0.0)

@@ -23,10 +23,6 @@ from pretrain.plan.report import format_plan
 __all__ = ["ModelShape", "ParamCount", "Plan", "bubble_fraction", "flops_per_token", "format_plan",
            "model_shape", "param_count", "plan"]
 
-# Aggregate checkpoint write bandwidth of one node to shared storage. Every rank writes its own
-# shard (MindSpore's per-rank checkpoint files), so a node writes devices_per_node shards at once.
-# 2 GB/s is a conservative figure for a parallel file system seen from one node; measure yours.
-CHECKPOINT_WRITE_GBPS_PER_NODE = 2.0
 # Fixed cost of one failure besides the lost work and reading the checkpoint back: rescheduling
 # the job, process start, HCCL init and graph compilation of a large model.
 RESTART_S = 600.0
@@ -258,7 +254,7 @@ def _checkpoint(cfg: Any, lay: ParallelLayout, peak: StageMemory, step_s: float)
     hw = cfg.hardware
     gb = checkpoint_shard_gb(lay, peak.params)
     writers = min(max(int(_get(hw, "devices_per_node", 1)), 1), lay.world_size)
-    write_s = gb * writers / CHECKPOINT_WRITE_GBPS_PER_NODE
+    write_s = gb * writers / float(_get(hw, "checkpoint_write_gbps", 2.0))
     rate = float(_get(hw, "failures_per_device_hour", 0.0)) * lay.world_size
     if rate <= 0 or write_s <= 0:
         return CheckpointPlan(gb, write_s, None, None, None, None)
