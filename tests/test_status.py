@@ -32,7 +32,7 @@ def _record(step, phase="general", loss=None, step_s=0.1):
             "step_time_s": step_s}
 
 
-def _run_dir(tmp_path: Path, steps: int = 30) -> Path:
+def _run_dir(tmp_path: Path, steps: int = 30, eval_s=None) -> Path:
     run = tmp_path / "run"
     RunDirLock(run).acquire().release()   # claimed as a run dir, as the app does first
     (run / "config.yaml").write_text(CONFIG)
@@ -47,6 +47,13 @@ def _run_dir(tmp_path: Path, steps: int = 30) -> Path:
         if k % 5 == 0:
             writer.log({"kind": "val", "step": k, "phase": "general", "val_loss": 7.5})
     writer.close()
+    if eval_s is not None:   # the writer times each pass itself (since its train record): set them
+        metrics = run / "metrics.jsonl"
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        for r in records:
+            if r["kind"] == "val":
+                r["eval_s"] = eval_s(r["step"])
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
     return run
 
 
@@ -94,8 +101,8 @@ def test_metrics_are_found_by_offset_without_reading_every_line(tmp_path):
         fh.write('{"kind": "train", "step": 5001, "lo')    # the writer mid-line
     with JsonlFile(path) as mf:
         for k in (1, 50, 51, 2500, 5000):
-            assert mf.train_at(k)["step"] == k
-        assert mf.train_at(5001) is None and mf.train_at(0) is None
+            assert mf.record_at(k)["step"] == k
+        assert mf.record_at(5001) is None and mf.record_at(0) is None
         assert [r["step"] for r in mf.tail(3)] == [4999, 5000, 5000]
         hour = mf.sample(mf.bisect(lambda r: r["ts"], 1000.0 + 4000), 50)
         assert hour[0]["step"] >= 4000 and len(hour) > 30
@@ -184,6 +191,29 @@ def test_the_summary_and_status_account_a_run_alike(tmp_path):
                                                   "goodput": acct}))
     status = report.gather(run)["goodput"]
     assert status["goodput"] == pytest.approx(acct["goodput"]) and status["wall_s"] == acct["wall_s"]
+
+
+def test_evaluation_of_a_live_run_counts_the_first_pass_as_it_took(tmp_path):
+    """The first pass compiles the eval graph (15 s of the default job's 50 s): a median of the recent
+    passes for every pass would leave that out."""
+    run = _run_dir(tmp_path, eval_s=lambda step: 10.0 if step == 5 else 1.0)   # passes at 5, 10, ..., 30
+    with RunDirLock(run):
+        live = report.gather(run)["goodput"]["badput_s"]["evaluation"]
+    assert live == pytest.approx(10.0 + 5 * 1.0)
+
+
+def test_an_ended_run_is_accounted_as_its_summary_says(tmp_path):
+    """Ended, the summary's accounting (every val record read) is the answer, not status's estimate."""
+    from pretrain.train.summary import run_goodput
+
+    run = _run_dir(tmp_path, eval_s=lambda step: (step / 5) ** 2)   # 1, 4, ..., 36 s: median x 6 = 75 s
+    with EventLog(run / "events.jsonl") as ev:
+        ev.log("finish", step=30)
+    acct = run_goodput(run, 0.1, 30)
+    assert acct["badput_s"]["evaluation"] == pytest.approx(1 + 4 + 9 + 16 + 25 + 36)
+    (run / "summary.json").write_text(json.dumps({"global_step": 30, "measured": {"step_s": 0.1},
+                                                  "goodput": acct}))
+    assert report.gather(run)["goodput"] == acct
 
 
 def test_the_chaos_benchmark_accounts_with_the_same_code(tmp_path):

@@ -61,14 +61,14 @@ class JsonlFile:
                 return 0
         return hi
 
-    def train_at(self, step: int) -> Optional[Dict[str, Any]]:
-        """The train record of global step `step`, or None."""
+    def record_at(self, step: int, kind: str = "train") -> Optional[Dict[str, Any]]:
+        """The record of `kind` (train, val) at global step `step`, or None."""
         offset = self.bisect(lambda r: int(r.get("step", 0)), step)
-        for _ in range(4):   # a val record of the step before may come first
+        for _ in range(4):   # the step's other records (a val after its train) may come first
             rec, offset = self.record_after(offset)
             if rec is None or int(rec.get("step", 0)) > step:
                 return None
-            if rec.get("kind") == "train" and int(rec["step"]) == step:
+            if rec.get("kind") == kind and int(rec["step"]) == step:
                 return rec
         return None
 

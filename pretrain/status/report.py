@@ -54,11 +54,14 @@ def gather(run_dir: Path, now: Optional[float] = None, full_verify: bool = False
             step_s = accounted   # an ended run: the step time its summary accounted with
         out["progress"] = _progress(events, last, step_s, plan, cfg)
         out["loss"] = _loss(mf, recent, events)
-        eval_s = _eval_estimate(recent, last, cfg)
-        end = _end_ts(events, last, now, out["running"])
-        acct = gp.account(events, steps=int(last["step"]) if last else 0, step_s=step_s, end_ts=end,
-                          first_step=mf.train_at, eval_s=eval_s)
-        out["goodput"] = acct.as_dict()
+        ended = last and summary.get("global_step") == last["step"] and summary.get("goodput")
+        if ended and not out["running"]:
+            out["goodput"] = summary["goodput"]   # the run's own accounting, exact (every val record read)
+        else:
+            eval_s = _eval_estimate(mf, recent, last, cfg)
+            end = _end_ts(events, last, now, out["running"])
+            out["goodput"] = gp.account(events, steps=int(last["step"]) if last else 0, step_s=step_s,
+                                        end_ts=end, first_step=mf.record_at, eval_s=eval_s).as_dict()
         out["restarts"] = _restarts(events, mf)
     out["checkpoint"] = _checkpoint(run_dir, cfg, now, full_verify)
     # the run's last sign of life: an event, or a step (the file's mtime for records without a ts)
@@ -150,15 +153,20 @@ def _trend(records: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
             "from_step": records[0]["step"], "to_step": records[-1]["step"], "samples": len(losses)}
 
 
-def _eval_estimate(recent: List[Dict[str, Any]], last: Optional[Dict[str, Any]],
+def _eval_estimate(mf: Any, recent: List[Dict[str, Any]], last: Optional[Dict[str, Any]],
                    cfg: Dict[str, Any]) -> float:
-    """Evaluation time so far: the recent passes' median x how many ran (one each eval_every steps;
-    counting them exactly would read every line)."""
+    """Evaluation time so far (one pass each eval_every steps; adding them up exactly would read every
+    line): the first pass as it took (it compiles the eval graph: 15 s of the default job's 50) and the
+    recent passes' median for each of the others."""
     spent = [float(r["eval_s"]) for r in recent if r.get("kind") == "val" and "eval_s" in r]
     every = int(((cfg.get("train") or {}).get("eval_every")) or 0)
     if not spent or not last or every <= 0:
         return 0.0
-    return statistics.median(spent) * (int(last["step"]) // every)
+    passes = int(last["step"]) // every
+    first = mf.record_at(every, "val") or {}
+    if passes < 1 or "eval_s" not in first:
+        return statistics.median(spent) * passes
+    return float(first["eval_s"]) + statistics.median(spent) * (passes - 1)
 
 
 def _end_ts(events: List[Dict[str, Any]], last: Optional[Dict[str, Any]], now: float, running: bool) -> float:
@@ -177,7 +185,7 @@ def _restarts(events: List[Dict[str, Any]], mf: Any) -> List[Dict[str, Any]]:
             continue
         since = float(e.get("failed_at") or e["ts"])
         start = next((s for s in events[k + 1:] if s.get("kind") == "start"), None)
-        first = mf.train_at(int(start.get("step") or 0) + 1) if start else None
+        first = mf.record_at(int(start.get("step") or 0) + 1) if start else None
         back = float(first["ts"]) if first and "ts" in first and float(first["ts"]) >= since else None
         out.append({"kind": e["kind"], "ts": e["ts"], "cause": str(e.get("cause", "?")).split("; ")[0],
                     "node": e.get("node"), "rank": e.get("rank"), "steps_lost": e.get("steps_lost"),
