@@ -157,8 +157,11 @@ def export(run, to, *args, env=None, module=("pretrain.export",)):
                           timeout=300)
 
 
-@pytest.mark.parametrize("overrides", [[], MOE, ["model.arch=qwen3", "model.qk_layernorm=true"]],
-                         ids=["llama", "qwen3_moe", "qwen3"])
+QWEN3_TIED = ["model.arch=qwen3", "model.qk_layernorm=true", "model.tie_embeddings=true"]
+
+
+@pytest.mark.parametrize("overrides", [[], MOE, ["model.arch=qwen3", "model.qk_layernorm=true"], QWEN3_TIED],
+                         ids=["llama", "qwen3_moe", "qwen3", "qwen3_tied"])
 def test_export_gives_back_exactly_the_transformers_weights_that_mindformers_fused(make_run, tmp_path,
                                                                                    overrides):
     run, arch, made = make_run(overrides, steps=(10, 20))
@@ -283,7 +286,7 @@ def mindspore_vs_reference(tmp_path, make_run, overrides):
     return compare_logits(run, tmp_path / "hf")
 
 
-@pytest.mark.parametrize("overrides", [[], MOE], ids=["llama", "qwen3_moe"])
+@pytest.mark.parametrize("overrides", [[], MOE, QWEN3_TIED], ids=["llama", "qwen3_moe", "qwen3_tied"])
 def test_numpy_reference_of_the_export_equals_our_mindspore_logits(mindformers_scratch, compose_many,
                                                                     tmp_path, make_run, overrides):
     result = mindspore_vs_reference(tmp_path, make_run, overrides)

@@ -48,7 +48,7 @@ def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Op
     from pretrain.config.resolved import ResolvedRun
     from pretrain.export import architecture, hf_config, hf_dir, names, source, tokenizer_files
     from pretrain.model.mindformers_config import init_std
-    from pretrain.worker import load_frozen
+    from pretrain.export.source import load_frozen
 
     started = time.perf_counter()
     run_dir, target = Path(run_dir), Path(target).absolute()

@@ -25,8 +25,8 @@ def exported_weights(export_dir: Path) -> Dict[str, np.ndarray]:
     """Every tensor of the exported directory as float32, by its transformers name."""
     out = {}
     for f in sorted(Path(export_dir).glob("*.safetensors")):
-        for name, (tag, array) in safetensors_file.read(f).items():
-            out[name] = cast(array, tag, "F32")
+        for name, stored in safetensors_file.read(f).items():
+            out[name] = cast(stored.load(), stored.tag, "F32")
     return out
 
 
@@ -47,7 +47,7 @@ def mindspore_logits(run_dir: Path, weights: Dict[str, np.ndarray], tokens: np.n
 
     from pretrain.config.attention import document_attention
     from pretrain.model import builder
-    from pretrain.worker import load_frozen
+    from pretrain.export.source import load_frozen
 
     cfg = load_frozen(run_dir)
     net = builder.build_model(cfg)
@@ -67,7 +67,7 @@ def mindspore_logits(run_dir: Path, weights: Dict[str, np.ndarray], tokens: np.n
 
 def compare_logits(run_dir: Path, export_dir: Path, batch: int = 2) -> Dict[str, float]:
     from pretrain.export.source import read_weights
-    from pretrain.worker import load_frozen
+    from pretrain.export.source import load_frozen
 
     provenance = json.loads((export_dir / "pretrain_export.json").read_text())
     config = json.loads((export_dir / "config.json").read_text())
@@ -76,7 +76,8 @@ def compare_logits(run_dir: Path, export_dir: Path, batch: int = 2) -> Dict[str,
     ckpt = Path(provenance["checkpoint"])
     mcore = read_weights(ckpt / "weights.safetensors" if ckpt.is_dir() else ckpt)
     tokens = sample_tokens(Path(provenance["tokenizer"]), batch, int(cfg.model.seq_length), arch.vocab)
-    ours = mindspore_logits(run_dir, {k: a for k, (_, a) in mcore.items()}, tokens).astype(np.float64)
+    loaded = {k: cast(t.load(), t.tag, "F32") for k, t in mcore.items()}
+    ours = mindspore_logits(run_dir, loaded, tokens).astype(np.float64)
     weights = exported_weights(export_dir)
     ref = reference.logits(arch, weights, tokens)
     noise = float(np.abs(reference.logits(arch, weights, tokens, np.float32) - ref).max())

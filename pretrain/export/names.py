@@ -21,6 +21,7 @@ import numpy as np
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.export.architecture import Architecture
+from pretrain.export.safetensors_file import StoredTensor
 
 # Non-weight state the training model keeps beside its parameters (MoE load statistics).
 BUFFERS = re.compile(r"\.(fi_accu|expert_tokens)$")
@@ -43,7 +44,7 @@ class HFTensor:
     make: Callable[[], np.ndarray]
 
 
-Source = Dict[str, Tuple[str, np.ndarray]]   # Mcore name -> (dtype tag, array)
+Source = Dict[str, StoredTensor]   # Mcore name -> its tensor in the checkpoint file (not loaded)
 
 
 def hf_tensors(arch: Architecture, source: Source) -> List[HFTensor]:
@@ -52,7 +53,7 @@ def hf_tensors(arch: Architecture, source: Source) -> List[HFTensor]:
     weights = {k: v for k, v in source.items() if not BUFFERS.search(k)}
     used: set = set()
 
-    def take(name: str) -> Tuple[str, np.ndarray]:
+    def take(name: str) -> StoredTensor:
         if name not in weights:
             raise PretrainRunError(f"checkpoint has no {name!r}: not a {arch.hf_class} checkpoint of this "
                                    f"config (it has {len(weights)} weights, e.g. "
@@ -66,8 +67,8 @@ def hf_tensors(arch: Architecture, source: Source) -> List[HFTensor]:
         out.append(HFTensor(hf, tag, tuple(int(d) for d in shape), make))
 
     def rename(mcore: str, hf: str) -> None:
-        tag, a = take(mcore)
-        emit(hf, tag, a.shape, lambda a=a: a)
+        t = take(mcore)
+        emit(hf, t.tag, t.shape, t.load)
 
     rename("embedding.word_embeddings.weight", "model.embed_tokens.weight")
     for i in range(arch.layers):
@@ -85,34 +86,36 @@ def hf_tensors(arch: Architecture, source: Source) -> List[HFTensor]:
         if arch.experts:
             _experts(arch, mc, hf, take, emit)
         else:
-            tag, fc1 = take(mc + "mlp.linear_fc1.weight")
+            fc1 = take(mc + "mlp.linear_fc1.weight")
             _expect(fc1, (2 * arch.ffn, arch.hidden), mc + "mlp.linear_fc1.weight")
-            emit(hf + "mlp.gate_proj.weight", tag, (arch.ffn, arch.hidden), lambda a=fc1: a[0::2])
-            emit(hf + "mlp.up_proj.weight", tag, (arch.ffn, arch.hidden), lambda a=fc1: a[1::2])
+            emit(hf + "mlp.gate_proj.weight", fc1.tag, (arch.ffn, arch.hidden), lambda t=fc1: t.load()[0::2])
+            emit(hf + "mlp.up_proj.weight", fc1.tag, (arch.ffn, arch.hidden), lambda t=fc1: t.load()[1::2])
     rename("decoder.final_layernorm.weight", "model.norm.weight")
-    if "output_layer.weight" in weights and not arch.tie_embeddings:
+    if not arch.tie_embeddings:
         rename("output_layer.weight", "lm_head.weight")
-    elif not arch.tie_embeddings:
-        take("output_layer.weight")   # raises: an untied model needs its head
-    else:
-        used.add("output_layer.weight")
+    elif "output_layer.weight" in weights:
+        raise PretrainRunError("the run's config ties the head to the embedding (model.tie_embeddings=true) "
+                               "but its checkpoint has a separate output_layer.weight: the config and its "
+                               "checkpoint disagree")
     extra = sorted(set(weights) - used)
     if extra:
         raise PretrainRunError(f"checkpoint has weight {extra[0]!r} ({len(extra)} in all) that "
-                               f"{arch.hf_class} "
-                               f"has no place for: the run's config and its checkpoint disagree")
+                               f"{arch.hf_class} has no place for: the run's config and its checkpoint "
+                               f"disagree")
     _sort_like_transformers(out)
     return out
 
 
 def _qkv(arch: Architecture, mc: str, hf: str, take, emit) -> None:
     name = mc + "self_attention.linear_qkv.weight"
-    tag, qkv = take(name)
+    qkv = take(name)
+    tag = qkv.tag
     groups, per_group, hd = arch.kv_heads, arch.heads // arch.kv_heads, arch.head_dim
     _expect(qkv, (groups * (per_group + 2) * hd, arch.hidden), name)
 
-    def part(lo: int, hi: int, a=qkv) -> np.ndarray:
-        return a.reshape(groups, (per_group + 2) * hd, arch.hidden)[:, lo:hi].reshape(-1, arch.hidden)
+    def part(lo: int, hi: int) -> np.ndarray:
+        grouped = qkv.load().reshape(groups, (per_group + 2) * hd, arch.hidden)
+        return grouped[:, lo:hi].reshape(-1, arch.hidden)
 
     q_rows = per_group * hd
     emit(hf + "self_attn.q_proj.weight", tag, (arch.heads * hd, arch.hidden), lambda: part(0, q_rows))
@@ -124,18 +127,17 @@ def _qkv(arch: Architecture, mc: str, hf: str, take, emit) -> None:
 
 def _experts(arch: Architecture, mc: str, hf: str, take, emit) -> None:
     e, h, f = arch.experts, arch.hidden, arch.moe_ffn
-    tag1, w1 = take(mc + "mlp.experts.weight1")
-    tag2, w2 = take(mc + "mlp.experts.weight2")
+    w1, w2 = take(mc + "mlp.experts.weight1"), take(mc + "mlp.experts.weight2")
     _expect(w1, (e * h, 2 * f), mc + "mlp.experts.weight1")
     _expect(w2, (e * f, h), mc + "mlp.experts.weight2")
-    for j in range(e):
+    for j in range(e):   # each expert cut from the same two loaded tensors (the reader keeps them)
         pre = f"{hf}mlp.experts.{j}."
-        emit(pre + "gate_proj.weight", tag1, (f, h), lambda j=j: w1.reshape(e, h, 2 * f)[j, :, :f].T)
-        emit(pre + "up_proj.weight", tag1, (f, h), lambda j=j: w1.reshape(e, h, 2 * f)[j, :, f:].T)
-        emit(pre + "down_proj.weight", tag2, (h, f), lambda j=j: w2.reshape(e, f, h)[j].T)
+        emit(pre + "gate_proj.weight", w1.tag, (f, h), lambda j=j: w1.load().reshape(e, h, 2 * f)[j, :, :f].T)
+        emit(pre + "up_proj.weight", w1.tag, (f, h), lambda j=j: w1.load().reshape(e, h, 2 * f)[j, :, f:].T)
+        emit(pre + "down_proj.weight", w2.tag, (h, f), lambda j=j: w2.load().reshape(e, f, h)[j].T)
 
 
-def _expect(array: np.ndarray, shape: Tuple[int, ...], name: str) -> None:
+def _expect(array: StoredTensor, shape: Tuple[int, ...], name: str) -> None:
     if tuple(array.shape) != tuple(shape):
         raise PretrainRunError(f"checkpoint's {name!r} has shape {tuple(array.shape)}, the run's config "
                                f"makes "

@@ -1,13 +1,17 @@
 """The safetensors format read and written with NumPy alone (no torch, no safetensors package at run time).
 
 A file is an 8-byte little-endian header length, a JSON header {name: {dtype, shape, data_offsets}}
-(plus an optional "__metadata__" of strings), then the raw little-endian tensor bytes. Reading maps
-the file (np.memmap) so a tensor's bytes are paged in only when the export touches them: exporting
-a 70B checkpoint never holds it whole in memory. Writing streams one tensor at a time for the same
-reason. bfloat16 has no NumPy dtype: its bytes travel as uint16 under the BF16 tag.
+(plus an optional "__metadata__" of strings), then the raw little-endian tensor bytes. Reading gives
+StoredTensor handles that read their bytes when load()ed (the last two loaded are kept: a MoE layer's
+experts are cut one by one from the same two stacked tensors), and writing streams one tensor at a
+time, so an export holds about two tensors in memory, not the checkpoint (a memory map would keep
+every page it touched resident: peak RSS the size of the checkpoint). bfloat16 has no NumPy dtype:
+its bytes travel as uint16 under the BF16 tag.
 """
+import functools
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Optional, Tuple
 
@@ -39,12 +43,32 @@ def read_header(path: Path) -> Tuple[Dict[str, dict], int]:
     return header, 8 + size
 
 
-def read(path: Path, only: Optional[Callable[[str], bool]] = None) -> Dict[str, Tuple[str, np.ndarray]]:
-    """{name: (dtype tag, array)} of the file's tensors (those `only` accepts), as views of one
-    read-only memory map of the file."""
+@dataclass(frozen=True)
+class StoredTensor:
+    path: Path
+    offset: int                  # of its first byte in the file
+    shape: Tuple[int, ...]
+    tag: str
+
+    def load(self) -> np.ndarray:
+        return _load(self)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(t: StoredTensor) -> np.ndarray:
+    count = int(np.prod(t.shape, dtype=np.int64))
+    array = np.fromfile(t.path, dtype=_DTYPES[t.tag], count=count, offset=t.offset)
+    if array.size != count:
+        raise SafetensorsError(f"{t.path}: a tensor runs past the end of the file (truncated)")
+    array.flags.writeable = False   # shared by the cache: nobody may change it in place
+    return array.reshape(t.shape)
+
+
+def read(path: Path, only: Optional[Callable[[str], bool]] = None) -> Dict[str, StoredTensor]:
+    """{name: StoredTensor} of the file's tensors (those `only` accepts); nothing loaded yet."""
     path = Path(path)
     header, start = read_header(path)
-    data = np.memmap(path, dtype=np.uint8, mode="r")
+    size = path.stat().st_size
     out = {}
     for name, entry in header.items():
         if only is not None and not only(name):
@@ -54,10 +78,9 @@ def read(path: Path, only: Optional[Callable[[str], bool]] = None) -> Dict[str, 
             raise SafetensorsError(f"{path}: tensor {name!r} has dtype {tag}, which this reader does not "
                                    f"know")
         begin, end = entry["data_offsets"]
-        if start + end > data.size:
+        if start + end > size:
             raise SafetensorsError(f"{path}: tensor {name!r} runs past the end of the file (truncated)")
-        array = data[start + begin:start + end].view(_DTYPES[tag]).reshape(entry["shape"])
-        out[name] = (tag, array)
+        out[name] = StoredTensor(path, start + begin, tuple(int(d) for d in entry["shape"]), tag)
     return out
 
 

@@ -19,9 +19,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
-
-import numpy as np
+from typing import Any, Dict, List, Optional, Tuple
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.layout import mindformers_checkpoint_dir
@@ -40,9 +38,20 @@ class Checkpoint:
     engine: str                                  # "pretrain" or "mindformers"
     step: int
     path: Path                                   # a step_* directory, or a MindFormers .safetensors file
-    weights: Dict[str, Tuple[str, np.ndarray]]   # Mcore name -> (dtype tag, array), memory-mapped
+    weights: Dict[str, safetensors_file.StoredTensor]   # Mcore name -> its tensor in the file, not loaded
     state: Dict                                  # our state.json ({} for MindFormers)
     verified: bool                               # its sha256 matched a manifest
+
+
+def load_frozen(run_dir: Path) -> Any:
+    """The run's frozen config.yaml (what its ranks trained from); a broken one is one line."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(Path(run_dir) / "config.yaml")
+    except Exception as e:   # yaml's and OmegaConf's errors have no common base worth naming
+        raise PretrainRunError(f"{Path(run_dir) / 'config.yaml'} does not load ({type(e).__name__}); restore "
+                               f"it from a checkpoint's state.json (\"config\")") from None
 
 
 def is_model_weight(name: str) -> bool:
@@ -117,7 +126,7 @@ def _mindformers(run_dir: Path, step: Optional[int], phase: Optional[str],
                            f"{'' if phase else ' for every phase of the run'}; the run saved none yet)")
 
 
-def read_weights(path: Path) -> Dict[str, Tuple[str, np.ndarray]]:
+def read_weights(path: Path) -> Dict[str, safetensors_file.StoredTensor]:
     try:
         return safetensors_file.read(path, only=is_model_weight)
     except (OSError, safetensors_file.SafetensorsError) as e:

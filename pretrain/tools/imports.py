@@ -11,8 +11,8 @@ top-level module, its name (pretrain/app.py -> app). Imports only point down thi
     3  train, engine,      this project's training loop; MindFormers' trainer; the run
        rundir              directory's lock and checks
     4  launch              hand a frozen run to its process(es)
-    5  app, worker, sweep  the entrypoints: one job, one rank, a sweep's summary, a run's status
-       status
+    5  app, worker, sweep  the entrypoints: one job, one rank, a sweep's summary, a run's status,
+       status, export      a checkpoint as a Hugging Face model
     6  bench, tools        measurements and developer tools on top of everything
 
 A module may import its own subpackage and any lower layer; layers of the same rank do not import
@@ -32,7 +32,7 @@ LAYERS: Dict[str, int] = {
     "resilience": 2,
     "train": 3, "engine": 3, "rundir": 3,
     "launch": 4,
-    "app": 5, "worker": 5, "sweep": 5, "status": 5, "__main__": 5,
+    "app": 5, "worker": 5, "sweep": 5, "status": 5, "export": 5, "__main__": 5,
     "bench": 6, "tools": 6,
 }
 ALLOWED_PEERS: Set[Tuple[str, str]] = {
@@ -40,6 +40,7 @@ ALLOWED_PEERS: Set[Tuple[str, str]] = {
     ("app", "sweep"),     # a sweep job writes its row
     ("__main__", "app"),
     ("__main__", "status"),   # `pretrain status RUN_DIR` through the console script
+    ("__main__", "export"),   # `pretrain export RUN_DIR --to DIR` through the console script
 }
 
 
