@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import yaml
 
 from pretrain.config import frozen
 from pretrain.config.errors import PretrainConfigError
@@ -230,6 +231,18 @@ def test_the_newest_checkpoint_that_verifies_is_exported_and_a_named_corrupt_one
     np.testing.assert_array_equal(exported_weights(tmp_path / "newest")["model.norm.weight"],
                                   made[10]["model.norm.weight"])
     assert (run / "checkpoints" / "step_00000020").is_dir(), "a reader moves nothing in the run dir"
+
+
+def test_the_checkpoints_own_model_config_wins_over_a_rewritten_config_yaml(make_run, tmp_path):
+    run, arch, _ = make_run()
+    state_file = run / "checkpoints" / "step_00000010" / STATE
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["model"]["rope_theta"] = 500000.0   # what the checkpoint was trained with
+    state = {**json.loads(state_file.read_text()), "config": cfg}
+    write_checkpoint(run / "checkpoints", 20, to_mcore(arch, hf_random(arch, np.random.default_rng(1))), state)
+    proc = export(run, tmp_path / "hf")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["rope_theta"] == 500000.0
 
 
 def test_phase_selects_the_phase_final_checkpoint_through_the_pretrain_cli(make_run, tmp_path):

@@ -45,6 +45,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Optional[str] = None,
            dtype: str = "float32", max_shard_bytes: int = 5 * 10**9, tokenizer: Optional[str] = None) -> dict:
+    from omegaconf import OmegaConf
+
     from pretrain.config.resolved import ResolvedRun
     from pretrain.export import architecture, hf_config, hf_dir, names, source, tokenizer_files
     from pretrain.model.mindformers_config import init_std
@@ -58,7 +60,7 @@ def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Op
     hf_dir.check_target(target)
     run = ResolvedRun.of(load_frozen(run_dir))
     cfg = run.cfg
-    arch = architecture.of(cfg.model)
+    architecture.of(cfg.model)   # an architecture export refuses: said before any checkpoint is read
     if phase is not None and run.phase(phase) is None:
         raise PretrainRunError(f"--phase {phase}: the run trains {', '.join(run.phase_names)}, not {phase!r}")
     layout = run.layout
@@ -69,6 +71,10 @@ def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Op
             f"ep{layout.ep} zero{layout.zero_stage}); merge them first with "
             f"mindspore.parallel.unified_safetensors (the run's strategy files) and export the merged file")
     ckpt = source.select(run_dir, run.engine, step=step, phase=phase, phases=run.phase_names)
+    # The model block the checkpoint was saved with (our loop records the resolved config in its state)
+    # wins over config.yaml, which a later start of the run dir may have rewritten.
+    model = OmegaConf.create(ckpt.state["config"]["model"]) if "config" in ckpt.state else cfg.model
+    arch = architecture.of(model)
     tensors = names.hf_tensors(arch, ckpt.weights)
     tok_path = tokenizer_files.find(cfg, ckpt.state, tokenizer)
     import sentencepiece as spm
@@ -82,7 +88,7 @@ def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Op
 
     def fill(out: Path) -> None:
         index = hf_dir.write_weights(out, tensors, hf_dir.DTYPES[dtype], max_shard_bytes)
-        config = hf_config.config(arch, dtype, ids, init_std(cfg.model))
+        config = hf_config.config(arch, dtype, ids, init_std(model))
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         generation = hf_config.generation_config(ids)
         (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
