@@ -116,6 +116,14 @@ def weights(checkpoint_dir):
     return load_file(str(Path(checkpoint_dir) / "weights.safetensors"))
 
 
+def status(run_dir):
+    """`pretrain status RUN_DIR --json` as the person on call runs it: (exit status, the report)."""
+    proc = subprocess.run([sys.executable, "-m", "pretrain", "status", str(run_dir), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
 def assert_same_run(cli, reference):
     """One train record per step, and losses and final weights equal to the uninterrupted run's."""
     records = cli.train_records()
@@ -168,7 +176,15 @@ def test_kill_9_at_five_random_steps_then_restart_gives_the_uninterrupted_run(re
         rc = cli.signal_at(cli.start(), target, signal.SIGKILL, starts=i + 1)
         assert rc == -signal.SIGKILL, (seed, target)
         killed_at.append(cli.logged_steps()[-1])
+        if i == 0:   # what the person on call sees of it: failed, exit 2
+            rc, killed = status(cli.run_dir)
+            assert rc == 2 and killed["verdict"].startswith("failed: no run holds the run dir"), killed
+            assert killed["progress"]["step"] == killed_at[0] and killed["checkpoint"]["verified"]
     cli.ok(cli.run())
+    rc, done = status(cli.run_dir)
+    summary = json.loads((cli.run_dir / "summary.json").read_text())
+    assert rc == 0 and done["verdict"] == f"finished at step {STEPS}" and done["progress"]["step"] == STEPS
+    assert done["goodput"] == summary["goodput"] and 0 < done["goodput"]["goodput"] < 1
 
     resumes = cli.events("resume")
     assert len(resumes) == len(targets), (seed, targets)
