@@ -152,6 +152,16 @@ def test_data_app_has_its_own_help(cli, tmp_path):
     assert not list(tmp_path.glob("*.log")) and not (tmp_path / "outputs").exists()
 
 
+def test_data_app_takes_a_users_config_dir_before_the_overrides(tmp_path):
+    """`python -m pretrain.data --config-dir DIR data=mine`: the data app's own hydra.* overrides go
+    after Hydra's flags (argparse takes the overrides as one run of words), before the user's."""
+    (tmp_path / "mine" / "data").mkdir(parents=True)
+    (tmp_path / "mine" / "data" / "mine.yaml").write_text("defaults:\n  - sample\n  - _self_\nval_fraction: 0.0123\n")
+    proc = subprocess.run([sys.executable, "-m", "pretrain.data", "--config-dir", str(tmp_path / "mine"), "data=mine",
+                           "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "val_fraction: 0.0123" in proc.stdout, proc.stderr
+
+
 DATA_BAD = [(["data.workerz=2"], "Key 'workerz' not in 'DataConfig'; did you mean data.workers?"),
             (["model=llama4"], "Could not find 'model/llama4' (available: llama3_70b"),
             (["data.workers=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),

@@ -60,13 +60,28 @@ def _compose_once(overrides: List[str]) -> DictConfig:
         cli_errors.fail(exc)
 
 
+# Hydra's flags that take a value: the word after one is not an override
+_FLAGS_WITH_VALUE = {"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+                     "--experimental-rerun", "--package", "-p"}
+
+
+def _first_override(args: List[str]) -> int:
+    """Where the overrides begin: after Hydra's flags and their values (argparse takes the overrides as
+    one run of words: `--config-dir DIR` after one is 'unrecognized arguments')."""
+    k = 0
+    while k < len(args) and args[k].startswith("-"):
+        k += 2 if args[k] in _FLAGS_WITH_VALUE else 1
+    return min(k, len(args))
+
+
 def main() -> None:
     setup()
     if _plain(sys.argv[1:]):
         _prepare(_compose_once(sys.argv[1:]))
         return
     cli_errors.install(lambda: _started)
-    sys.argv[1:1] = _HYDRA_QUIET     # first, so a user's own hydra.* overrides still win
+    at = 1 + _first_override(sys.argv[1:])
+    sys.argv[at:at] = _HYDRA_QUIET     # before the user's overrides, so their own hydra.* still win
     _app()
 
 
