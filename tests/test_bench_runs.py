@@ -2,6 +2,7 @@
 tiniest form (the shrunken model, a few steps or repeats), to the end of its report. What is checked is
 that the report is complete and consistent, never a timing: the figures are the benchmark's to measure
 on an idle machine. (bench.data has its own tests: tests/test_bench_data.py.)"""
+import json
 import re
 import subprocess
 import sys
@@ -105,3 +106,44 @@ def test_resilience_bench_real(bench):
     lost = re.search(r"steps lost per crash: \[(\d+), (\d+)\]", out)
     # the default saves every 3 steps: a crash loses at most that many
     assert lost and all(0 <= int(n) <= 3 for n in lost.groups()), out
+
+
+@pytest.mark.slow   # a calibration (the probe, two dp2 runs), then six configs of 3 steps: 4-10 min
+def test_plan_bench(bench, tmp_path):
+    # the shrunken model's width and depth; the bench sets each config's sequence length itself
+    small = [o for o in SMALL_MODEL if not o.startswith(("model.seq_length", "model.max_position"))]
+    out, _ = bench("pretrain.bench.plan", "steps=3", "out=bp", *small, "model.max_position_embeddings=128")
+    row = rf"^(cpu|cpu_2proc)\s+(64|128)\s+(8|16)" + rf"\s+({NUMBER})" * 2 + r"\s+(\d+\.\d\d)\s+(yes|NO)"
+    printed = re.findall(row, out, re.M)
+    rows = printed[6:]
+    assert printed[:6] == rows, out   # each config's row as it was measured, then the table's
+    assert [(h, int(s), int(b)) for h, s, b, *_ in rows] == [
+        ("cpu", 64, 8), ("cpu", 128, 8), ("cpu", 64, 16), ("cpu", 128, 16),
+        ("cpu_2proc", 128, 8), ("cpu_2proc", 128, 16)], out
+    for _, _, _, planned, measured, ratio, within in rows:
+        assert float(planned) > 0 and float(measured) > 0
+        assert float(ratio) == pytest.approx(float(measured) / float(planned), rel=0.02)   # of rounded figures
+        assert (within == "yes") == (abs(float(ratio) - 1) <= 0.15)
+    assert re.search(r"^\d of 6 within 15% \(calibration: measured on ", out, re.M), out
+    results = json.loads((tmp_path / "bp" / "results.json").read_text())
+    assert len(results) == 6 and all(r["planned_comm_s"] and r["measured_comm_s"] for r in results[4:])
+
+
+@pytest.mark.slow   # a 2-node job of 150 steps killed once (node 1), then the same job uninterrupted: ~3 min
+def test_chaos_bench(bench):
+    out, scratch = bench("pretrain.bench.chaos", "--steps", "150", "--mtbf-s", "1", "--faults", "1",
+                         "--kinds", "kill_node1")
+    assert re.search(r"^chaos: 150 steps in \d+ s, exit 0, 1 faults \(MTBF 1 s\); uninterrupted: \d+ s", out,
+                     re.M), out
+    fault = re.search(rf"^kill_node1\s+(\d+)\s+({NUMBER})\s+({NUMBER})\s+(\d+)\s+({NUMBER})\s+({NUMBER})\s*$",
+                      out, re.M)
+    assert fault, out
+    at, detect, first, lost, start, compile_ = fault.groups()
+    # saves every 25 steps: a crash loses fewer; recovery is its start/load and its compile/first step
+    assert 0 <= int(lost) < 25 and int(lost) <= int(at)
+    assert 0 <= float(detect) < float(first) and float(start) + float(compile_) <= float(first) + 0.15
+    good = re.search(r"^goodput \(steps x median step \d\.\d+ s / wall\): (\d+\.\d)%; the uninterrupted run's: "
+                     r"(\d+\.\d)%", out, re.M)
+    assert good and 0 < float(good[1]) < float(good[2]) <= 100, out   # a restart costs goodput
+    assert "final weights equal the uninterrupted run's: True" in out, out
+    assert list(scratch.iterdir()) == []   # its job dirs were a TemporaryDirectory

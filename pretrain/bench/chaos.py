@@ -1,9 +1,10 @@
 """Goodput under chaos: a 2-node job on this host (hardware=cpu_2x1, the job controller) under a
 fault schedule drawn from a stated MTBF, against the same job uninterrupted.
 
-    python -m pretrain.bench.chaos [--steps 3000] [--mtbf-s 300] [--seed 0] [--kinds K,...] [OVERRIDES ...]
+    python -m pretrain.bench.chaos [--steps 3000] [--mtbf-s 300] [--seed 0] [--kinds K,...] [--faults N]
+                                   [OVERRIDES ...]
 
-Faults (exponential inter-arrival times with mean --mtbf-s, kinds in turn):
+Faults (exponential inter-arrival times with mean --mtbf-s, from the first checkpoint on, kinds in turn):
 - kill_node1 / kill_node0: kill -9 of a node's whole process tree;
 - stop_rank1: SIGSTOP of a rank (its peer's watchdog fires after resilience.watchdog_timeout_s,
   10 s here);
@@ -157,7 +158,8 @@ def _fault(kind: str, run_dir: Path) -> Dict[str, Any]:
     return info
 
 
-def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int, kinds: List[str]) -> Dict[str, Any]:
+def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int, kinds: List[str],
+          max_faults: Optional[int] = None) -> Dict[str, Any]:
     rng = random.Random(seed)
     run_dir = cwd / "chaos"
     metrics, events = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
@@ -205,7 +207,11 @@ def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int, kinds: List[str]
                     f["fallbacks"] = [e["step"] for e in _lines(events, "fallback") if e["ts"] >= f["at"]]
                     next_at = time.time() + rng.expovariate(1 / mtbf_s)
                 continue
-            if time.time() >= next_at and steps and (run_dir / "logs" / "rank_1.pid").is_file():
+            if max_faults is not None and len(faults) >= max_faults:
+                continue
+            # from the first checkpoint on: a crash before it restarts from scratch, which has no resume
+            if time.time() >= next_at and steps and (run_dir / "checkpoints" / "latest").is_file() \
+                    and (run_dir / "logs" / "rank_1.pid").is_file():
                 kind = kinds[len(faults) % len(kinds)]
                 try:
                     info = _fault(kind, run_dir)
@@ -245,6 +251,7 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--mtbf-s", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"fault kinds in turn (of {','.join(KINDS)})")
+    ap.add_argument("--faults", type=int, default=None, help="at most this many faults (default: no limit)")
     ap.add_argument("--reference-alongside", action="store_true",
                     help="run the uninterrupted job at the same time (half the wall; both on a busier host)")
     ap.add_argument("overrides", nargs="*")
@@ -265,7 +272,7 @@ def main(argv: List[str] = None) -> int:
             os.environ["PRETRAIN_CACHE"] = str(cwd / "cache")
         if a.reference_alongside:
             ref_started, ref = time.time(), _start(cwd, "reference", args)
-        result = chaos(cwd, args, a.mtbf_s, a.seed, kinds)
+        result = chaos(cwd, args, a.mtbf_s, a.seed, kinds, a.faults)
         loads.append(_load())
         if not a.reference_alongside:
             ref_started, ref = time.time(), _start(cwd, "reference", args)
@@ -275,7 +282,8 @@ def main(argv: List[str] = None) -> int:
         ref_params = json.loads((cwd / "reference" / "logs" / "rank_0.exit").read_text()).get("params_sha256")
         if result["exit"] != 0:
             print((cwd / "chaos.out").read_text()[-3000:])
-    median = statistics.median(result["step_times"][1:]) if len(result["step_times"]) > 1 else float("nan")
+        median = statistics.median(result["step_times"][1:]) if len(result["step_times"]) > 1 else float("nan")
+        acct = accounting(cwd / "chaos", result, median)   # reads the run's files: before they are removed
     print(f"chaos: {result['steps']} steps in {result['wall_s']:.0f} s, exit {result['exit']}, "
           f"{len(result['faults'])} faults (MTBF {a.mtbf_s:g} s); uninterrupted: {ref_wall:.0f} s"
           f"{' (run alongside)' if a.reference_alongside else ''}; "
@@ -298,7 +306,6 @@ def main(argv: List[str] = None) -> int:
               f"{g('start_build_load_s'):>20}{g('compile_first_step_s'):>16}  {'; '.join(notes)}")
     for line in result["stops"][:1]:
         print(f"the run's line on the full disk: {line}")
-    acct = accounting(cwd / "chaos", result, median)
     print(f"goodput (steps x median step {median:.3f} s / wall): {acct.goodput:.1%}; "
           f"the uninterrupted run's: {goodput.goodput_of(result['steps'], median, ref_wall):.1%}; "
           f"chaos wall / uninterrupted wall: "
