@@ -239,7 +239,8 @@ def test_the_checkpoints_own_model_config_wins_over_a_rewritten_config_yaml(make
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg["model"]["rope_theta"] = 500000.0   # what the checkpoint was trained with
     state = {**json.loads(state_file.read_text()), "config": cfg}
-    write_checkpoint(run / "checkpoints", 20, to_mcore(arch, hf_random(arch, np.random.default_rng(1))), state)
+    weights = to_mcore(arch, hf_random(arch, np.random.default_rng(1)))
+    write_checkpoint(run / "checkpoints", 20, weights, state)
     proc = export(run, tmp_path / "hf")
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["rope_theta"] == 500000.0
@@ -263,9 +264,11 @@ def test_phase_selects_the_phase_final_checkpoint_through_the_pretrain_cli(make_
     ("all_corrupt", "verifies, nothing exported"),
     ("step_missing", "no checkpoint of that step"),
     ("wrong_tokenizer", "not the tokenizer the checkpoint was trained with"),
+    ("mindformers_tp_shards", "merge them first"),
 ])
 def test_refusals_are_one_line_exit_2_and_write_nothing(make_run, tmp_path, case, words):
-    overrides = {"sandwich": ["model.sandwich_norm=true"], "llama_qk_norm": ["model.qk_layernorm=true"]}
+    overrides = {"sandwich": ["model.sandwich_norm=true"], "llama_qk_norm": ["model.qk_layernorm=true"],
+                 "mindformers_tp_shards": ["parallel=dp8tp4pp2", "hardware=ascend910b_8x8"]}
     run, _, _ = make_run(overrides.get(case, []), steps=() if case == "no_checkpoint" else (10,))
     target, args = tmp_path / "hf", []
     if case == "target_not_empty":
@@ -288,6 +291,21 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(make_run, tmp_path, case
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hf")], "no temporary directory left"
 
 
+def test_a_write_that_fails_midway_is_one_line_and_leaves_nothing(make_run, tmp_path):
+    """The disk refusing bytes (RLIMIT_FSIZE: writes past 64 KiB fail with EFBIG) while the weights are
+    written: exit 2, no target, no temporary directory."""
+    run, _, _ = make_run()
+    limit = "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536)); "
+    proc = subprocess.run([sys.executable, "-c", limit + "import signal; signal.signal(signal.SIGXFSZ, "
+                           "signal.SIG_IGN); sys.argv = sys.argv[1:]; runpy.run_module('pretrain.export', "
+                           "run_name='__main__')", "x", str(run), "--to", str(tmp_path / "hf")],
+                          capture_output=True, text=True, env=python_env(run.parent / "pcache"), timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: ") and "nothing was written" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / "hf").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".hf")]
+
+
 # ---------------------------------------------------------------- MindSpore vs the NumPy reference
 def mindspore_vs_reference(tmp_path, make_run, overrides):
     """Max abs logits difference of our MindSpore model (weights of the run's checkpoint) vs the NumPy
@@ -303,6 +321,7 @@ def mindspore_vs_reference(tmp_path, make_run, overrides):
 def test_numpy_reference_of_the_export_equals_our_mindspore_logits(mindformers_scratch, compose_many,
                                                                     tmp_path, make_run, overrides):
     result = mindspore_vs_reference(tmp_path, make_run, overrides)
+    print(json.dumps(result))   # the figures, with -s
     assert result["logits_max_abs"] > 1.0, "logits large enough that a wrong weight would show"
     assert within_noise(result), result   # as close as float32 arithmetic of the reference itself
     assert result["float32_noise"] < 1e-3 * result["logits_max_abs"]

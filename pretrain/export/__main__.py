@@ -50,7 +50,6 @@ def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Op
     from pretrain.config.resolved import ResolvedRun
     from pretrain.export import architecture, hf_config, hf_dir, names, source, tokenizer_files
     from pretrain.model.mindformers_config import init_std
-    from pretrain.export.source import load_frozen
 
     started = time.perf_counter()
     run_dir, target = Path(run_dir), Path(target).absolute()
@@ -58,7 +57,7 @@ def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Op
         raise PretrainRunError(f"{run_dir}: not a run dir (no config.yaml); give the run_dir a training "
                                f"wrote")
     hf_dir.check_target(target)
-    run = ResolvedRun.of(load_frozen(run_dir))
+    run = ResolvedRun.of(source.load_frozen(run_dir))
     cfg = run.cfg
     architecture.of(cfg.model)   # an architecture export refuses: said before any checkpoint is read
     if phase is not None and run.phase(phase) is None:
@@ -92,18 +91,18 @@ def export(run_dir: Path, target: Path, *, step: Optional[int] = None, phase: Op
         (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         generation = hf_config.generation_config(ids)
         (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-        fast_note[0] = tokenizer_files.write(tok_path, out, int(cfg.model.max_position_embeddings))
+        fast_note[0] = tokenizer_files.write(tok_path, out, arch.max_positions)
         provenance = {"run_dir": str(run_dir.resolve()), "engine": ckpt.engine, "step": ckpt.step,
                       "checkpoint": str(ckpt.path), "sha256_verified": ckpt.verified,
-                      "model": str(cfg.model.name), "tokenizer": str(tok_path),
+                      "model": str(model.name), "tokenizer": str(tok_path),
                       "bytes": index["metadata"]["total_size"]}
         (out / "pretrain_export.json").write_text(json.dumps(provenance, indent=2) + "\n")
 
     hf_dir.write(target, fill)
     params = sum(math.prod(t.shape) for t in tensors)
     return {"checkpoint": ckpt.path.name, "step": ckpt.step, "architecture": arch.hf_class,
-            "parameters": params,
-            "dtype": dtype, "seconds": time.perf_counter() - started, "fast_tokenizer": fast_note[0]}
+            "parameters": params, "dtype": dtype, "seconds": time.perf_counter() - started,
+            "fast_tokenizer": fast_note[0]}
 
 
 if __name__ == "__main__":

@@ -45,7 +45,11 @@ def write(target: Path, fill: Callable[[Path], None]) -> None:
         check_target(target)   # someone may have written there meanwhile
         os.replace(tmp, target)   # onto an empty directory too (POSIX rename)
         fsync_path(target.parent)
-    except BaseException:
+    except OSError as e:   # a full disk or a permission: one line, and nothing left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PretrainRunError(f"--to {target}: writing failed ({e.strerror or e}); nothing was written, "
+                               f"free space or choose a writable directory") from None
+    except BaseException:   # a refusal raised while filling, or Ctrl-C: the same, with its own message
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
