@@ -246,6 +246,31 @@ def test_the_checkpoints_own_model_config_wins_over_a_rewritten_config_yaml(make
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["rope_theta"] == 500000.0
 
 
+def test_a_mindformers_run_exports_the_checkpoint_its_meta_json_names(make_run, tmp_path):
+    """MindFormers' layout (rank_0/<prefix>_rank_0-<epoch>_<step>.safetensors, meta.json): the file the
+    trainer would resume from, its step the step_num stored in it (a resumed start's names count anew)."""
+    run, arch, made = make_run(["train.engine=mindformers", "phase=general"], steps=())
+    rank0 = run / "mindformers" / "general" / "checkpoint" / "rank_0"
+    rank0.mkdir(parents=True)
+    for n, (name_step, step_num) in enumerate([(10, 30), (5, 35)]):   # the second start wrote step 5 = 35
+        hf = hf_random(arch, np.random.default_rng(n))
+        weights = {**to_mcore(arch, hf), "step_num": np.array([step_num], np.int32)}
+        tensors = [(k, safetensors_file.tag_of(a), a.shape, lambda a=a: a) for k, a in weights.items()]
+        safetensors_file.write(rank0 / f"tiny_rank_0-1_{name_step}.safetensors", tensors)
+        made[step_num] = hf
+    (rank0 / "meta.json").write_text(json.dumps({"last_epoch": 1, "last_step": 5,
+                                                 "last_ckpt_file": "tiny_rank_0-1_5.safetensors"}))
+    assert export(run, tmp_path / "newest").returncode == 0
+    assert export(run, tmp_path / "at30", "--step", "30").returncode == 0
+    for target, step in (("newest", 35), ("at30", 30)):
+        provenance = json.loads((tmp_path / target / "pretrain_export.json").read_text())
+        assert provenance["engine"] == "mindformers" and provenance["step"] == step
+        assert provenance["sha256_verified"] is False   # MindFormers writes no checksums
+        out = exported_weights(tmp_path / target)
+        assert sorted(out) == sorted(made[step])
+        np.testing.assert_array_equal(out["lm_head.weight"], made[step]["lm_head.weight"])
+
+
 def test_phase_selects_the_phase_final_checkpoint_through_the_pretrain_cli(make_run, tmp_path):
     run, _, made = make_run(steps=(10, 20), tags=("phase-general-final",))
     proc = export(run, tmp_path / "hf", "--phase", "general", module=("pretrain", "export"))

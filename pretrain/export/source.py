@@ -109,21 +109,32 @@ def _mindformers(run_dir: Path, step: Optional[int], phase: Optional[str],
         ranks = sorted(p.name for p in ckpt_dir.glob("rank_*"))
         if step is None:
             path = newest_checkpoint_file(ckpt_dir)
+            if not path.is_file():
+                raise PretrainRunError(f"{path}: named by {ckpt_dir / 'rank_0' / 'meta.json'} but missing")
         else:
-            files = {int(m.group(2)): p for p in (ckpt_dir / "rank_0").glob("*.safetensors")
-                     if (m := _MF_FILE.search(p.name))}
+            files = {_mindformers_step(p): p for p in (ckpt_dir / "rank_0").glob("*.safetensors")}
             if step not in files:
                 raise PretrainRunError(f"--step {step}: no MindFormers checkpoint of that step in "
                                        f"{ckpt_dir / 'rank_0'} (it has steps {_listed(sorted(files))})")
             path = files[step]
-        if not path.is_file():
-            raise PretrainRunError(f"{path}: named by {ckpt_dir / 'rank_0' / 'meta.json'} but missing")
         weights = read_weights(path)
-        m = _MF_FILE.search(path.name)
-        return Checkpoint("mindformers", int(m.group(2)) if m else -1, path, weights, {"ranks": ranks}, False)
+        return Checkpoint("mindformers", _mindformers_step(path), path, weights, {"ranks": ranks}, False)
     where = mindformers_checkpoint_dir(run_dir, phase or "<phase>")
     raise PretrainRunError(f"{where}: no MindFormers checkpoint to export (rank_0/ missing"
                            f"{'' if phase else ' for every phase of the run'}; the run saved none yet)")
+
+
+def _mindformers_step(path: Path) -> int:
+    """The phase step MindFormers stored in the file (step_num): its name counts the steps of the
+    start that wrote it, which after a resume is not the phase's step."""
+    try:
+        stored = safetensors_file.read(path, only=lambda name: name == "step_num").get("step_num")
+        if stored is not None:
+            return int(stored.load().reshape(-1)[0])
+    except (OSError, safetensors_file.SafetensorsError):
+        pass
+    m = _MF_FILE.search(path.name)
+    return int(m.group(2)) if m else -1
 
 
 def read_weights(path: Path) -> Dict[str, safetensors_file.StoredTensor]:
