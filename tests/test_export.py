@@ -197,6 +197,15 @@ def test_transformers_loads_the_config_and_tokenizer_with_our_ids(make_run, tmp_
     assert tok("北京")["input_ids"][0] != tok.bos_token_id, "no BOS the model never trained on"
 
 
+def test_a_fast_tokenizer_that_would_encode_differently_is_left_out_with_the_reason(sp_model, tmp_path,
+                                                                                     monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setattr(tokenizer_files, "mismatches", lambda sp, encode, texts: [texts[0]])
+    why = tokenizer_files.write(sp_model, tmp_path, 32)
+    assert why and "differently from sentencepiece" in why
+    assert not (tmp_path / "tokenizer.json").exists() and (tmp_path / "tokenizer.model").is_file()
+
+
 def test_a_large_model_is_sharded_with_an_index_and_bf16_is_rounded_to_nearest_even(make_run, tmp_path):
     run, _, made = make_run()
     proc = export(run, tmp_path / "hf", "--max-shard-gb", "0.0002", "--dtype", "bfloat16")

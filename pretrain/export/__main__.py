@@ -39,7 +39,8 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"{summary['parameters'] / 1e6:.1f}M parameters, {summary['dtype']}) to {a.to} "
           f"in {summary['seconds']:.1f} s")
     if summary["fast_tokenizer"]:
-        print(f"note: no tokenizer.json: {summary['fast_tokenizer']}")
+        print(f"note: no tokenizer.json: {summary['fast_tokenizer']}; load the tokenizer with "
+              f"AutoTokenizer.from_pretrained(DIR, use_fast=False) for the ids the model was trained on")
     return 0
 
 

@@ -7,8 +7,9 @@
   (pretrain/data/encode.py), so a BOS the model never saw is not put in front of every prompt.
 - tokenizer.json (the fast tokenizer): transformers' LlamaConverter, written only when transformers
   is importable and the converted tokenizer gives sentencepiece's ids on the check texts (Chinese,
-  English, code, digits, newlines); otherwise left out with the reason, and AutoTokenizer falls back
-  to the slow one.
+  English, code, digits, newlines); otherwise left out, and the export says why and that
+  AutoTokenizer.from_pretrained(DIR, use_fast=False) is the exact one (use_fast=True would convert
+  the sentencepiece model itself, with the same differences).
 """
 import json
 import os
