@@ -2,6 +2,7 @@
 
 source (which checkpoint, its weights) -> architecture (which transformers class) -> names (Mcore
 names and fused layouts to transformers') -> hf_dir (safetensors shards, all or nothing) + hf_config
-+ tokenizer_files; reference is the NumPy forward pass the export is checked against (check.py).
-No module here imports mindspore at import time.
++ tokenizer_files. check.py compares the export with the run's own model (reference.py: a NumPy
+forward pass written from transformers' modeling code); synthetic.py makes a large random
+checkpoint to time an export. No module here imports mindspore at import time.
 """
