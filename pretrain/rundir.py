@@ -19,6 +19,7 @@ import fcntl
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, Optional, Union
@@ -90,6 +91,11 @@ class RunDirLock:
             raise not_writable(self.run_dir, e) from None
         self.fd = fd
         _held[str(self.run_dir.resolve())] = fd
+        try:
+            probe_writable(self.run_dir)
+        except PretrainRunError:
+            self.release()
+            raise
         return self
 
     def release(self) -> None:
@@ -160,6 +166,18 @@ def ensure_dir(run_dir: Path) -> None:
                                    f"run_dir")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise not_writable(run_dir, e) from None
+
+
+def probe_writable(run_dir: Path) -> None:
+    """A file made and removed in run_dir. The existing lock and marker of an earlier run say nothing of
+    whether new files can be made there (a directory made read-only since): found out later, it would be
+    after the data build, a minute or more into the launch."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".writable-", dir=run_dir)
+        os.close(fd)
+        os.unlink(name)
     except OSError as e:
         raise not_writable(run_dir, e) from None
 

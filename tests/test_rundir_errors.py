@@ -63,6 +63,7 @@ def test_an_existing_read_only_run_dir(tmp_path, logging):
         for mode in (["dry_run=true"], []):
             line = one_error_line(pretrain(tmp_path, f"run_dir={run_dir}", *SMALL, *mode, *logging))
             assert str(run_dir) in line and ("not writable" in line or "cannot write" in line)
+    assert not (tmp_path / "cache" / "datasets").exists()   # refused before the data build, not a minute in
 
 
 def test_an_unquoted_non_utf8_path_on_the_command_line(tmp_path):
