@@ -60,6 +60,23 @@ def node_tree(run: Path, rank: int):
     return tag, tree.tagged([tag])
 
 
+def at_step_7_node_1(cli, run, act):
+    """Start the 2-node job (2 restarts allowed); once it logged step 7, `act(pid)` on every process of
+    node 1's tree. Returns the job's process and what was done: when, the last step, the tree's tag and
+    how many step lines metrics.jsonl held."""
+    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
+    while proc.poll() is None:
+        time.sleep(0.05)
+        if len(train_steps(run)) >= 7:
+            tag, pids = node_tree(run, 1)
+            assert len(pids) >= 3   # bash, msrun, the worker (and none of node 0's)
+            last = max(train_steps(run))
+            for pid in pids:
+                act(pid)
+            return proc, {"at": time.time(), "last": last, "tag": tag, "lines": len(raw_steps(run))}
+    raise AssertionError(f"the job ended (exit {proc.returncode}) before step 7")
+
+
 def test_two_nodes_on_one_host_train_as_the_one_host_dp2_run(cli, reference):
     run = cli.cwd / "nodes"
     out = cli.finish(cli.start(str(run), *NODES))
@@ -76,17 +93,7 @@ def test_two_nodes_on_one_host_train_as_the_one_host_dp2_run(cli, reference):
 
 def test_node_1_killed_whole_the_controller_restarts_every_node_and_the_run_is_unchanged(cli, reference):
     run = cli.cwd / "killed"
-    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
-    killed = None
-    while proc.poll() is None and killed is None:
-        time.sleep(0.05)
-        if len(train_steps(run)) >= 7:
-            tag, pids = node_tree(run, 1)
-            assert len(pids) >= 3   # bash, msrun, the worker (and none of node 0's)
-            last = max(train_steps(run))
-            for pid in pids:
-                tree.sigkill(pid)
-            killed = {"at": time.time(), "last": last, "tag": tag, "lines": len(raw_steps(run))}
+    proc, killed = at_step_7_node_1(cli, run, tree.sigkill)
     first_step = None
     while proc.poll() is None and first_step is None:   # the first step line written after the kill
         time.sleep(0.05)
@@ -262,15 +269,7 @@ def test_disk_full_during_a_save_stops_the_run_with_one_line_and_the_same_comman
 
 def test_node_1_stopped_whole_is_reported_as_node_1_timing_out_and_every_node_restarts(cli, reference):
     run = cli.cwd / "frozen"
-    proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
-    frozen = None
-    while proc.poll() is None and frozen is None:
-        time.sleep(0.05)
-        if len(train_steps(run)) >= 7:
-            tag, pids = node_tree(run, 1)
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
-            frozen = {"at": time.time(), "tag": tag}
+    proc, frozen = at_step_7_node_1(cli, run, lambda pid: os.kill(pid, signal.SIGSTOP))
     out = cli.finish(proc)
     (restart,) = events(run, "restart")
     print(f"\nnode 1 stopped: detected {restart['failed_at'] - frozen['at']:.2f} s later: "
