@@ -356,7 +356,10 @@ def mindspore_vs_reference(tmp_path, make_run, overrides):
     return compare_logits(run, tmp_path / "hf")
 
 
-@pytest.mark.parametrize("overrides", [[], MOE, QWEN3_TIED], ids=["llama", "qwen3_moe", "qwen3_tied"])
+# each builds and runs a MindSpore model (~5-10 s): the MoE and tied layouts with the slow suite
+@pytest.mark.parametrize("overrides", [[], pytest.param(MOE, marks=pytest.mark.slow),
+                                       pytest.param(QWEN3_TIED, marks=pytest.mark.slow)],
+                         ids=["llama", "qwen3_moe", "qwen3_tied"])
 def test_numpy_reference_of_the_export_equals_our_mindspore_logits(mindformers_scratch, compose_many,
                                                                     tmp_path, make_run, overrides):
     result = mindspore_vs_reference(tmp_path, make_run, overrides)
