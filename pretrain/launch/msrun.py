@@ -47,6 +47,10 @@ from pretrain.resilience.signals import StopForced
 CLUSTER_TIME_OUT_S = 600
 LAST_LINES = 12
 POLL_S = 0.1
+# A rank's error when msrun's scheduler told it a peer went quiet (heartbeats missing): the peer is the
+# cause, and the scheduler names it in its exit file within seconds of telling the ranks
+_PEER_LOST = "The state of the cluster is error"
+PEER_NAMED_S = 10.0
 SCHEDULER_EXIT = "scheduler.exit"   # pretrain.worker.scheduler's failure report
 MSRUN_LOG = "msrun.log"             # msrun's own stderr
 PORT_TRIES = 5     # a master port taken between the check and the scheduler's bind: tried again
@@ -399,6 +403,18 @@ class RankWatch:
     def pids(self) -> Dict[int, int]:
         return {int(p.stem.split("_")[1]): int(p.read_text()) for p in self.logs.glob("rank_*.pid")}
 
+    def _peer_named(self, check: Optional[Callable[[], Optional[Failure]]]) -> Optional[Failure]:
+        """What `check` finds within PEER_NAMED_S: a rank that failed only because the scheduler told it
+        another went quiet is not the cause; the scheduler names that one a moment later (its exit
+        file), or the job controller sees the node's tree gone."""
+        deadline = time.monotonic() + PEER_NAMED_S
+        while check is not None and time.monotonic() < deadline:
+            found = check()
+            if found is not None:
+                return found
+            self.deaths.sleep(POLL_S)
+        return None
+
     def wait(self, proc: Any, check: Optional[Callable[[], Optional[Failure]]] = None) -> Optional[Failure]:
         """None once every rank exited 0 (and msrun with them); else why the launch failed.
         `check`: a failure the ranks' files cannot show, asked each poll after them (the job
@@ -419,7 +435,8 @@ class RankWatch:
             # ended in the same window: the one killed without a word is the cause, not its peer
             if failed is not None and (vanished is None or self.deaths.before(failed, vanished)):
                 e = exits[failed]
-                return Failure(failed, int(e["exit"]), self.message(
+                named = self._peer_named(check) if _PEER_LOST in (e["error"] or "") else None
+                return named or Failure(failed, int(e["exit"]), self.message(
                     failed, f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else "")))
             if vanished is not None:
                 return Failure(vanished, None, self.message(
