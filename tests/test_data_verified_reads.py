@@ -161,6 +161,23 @@ def test_a_damaged_block_is_caught_when_its_row_is_first_read_not_before(built, 
     assert not (np.asarray(row) == 5).all() and np.array_equal(first, rows.row(0)[0])
 
 
+def test_two_readers_of_a_damaged_shard_rebuild_it_once(built, tmp_path, capsys):
+    """Each phase's loader opens the shards it mixes before any trains: the second to reach the damaged
+    block maps the first's rebuilt files instead of rebuilding (and warning) again."""
+    prepared = copy(built, tmp_path)
+    info = prepared["web"].manifest["train"]["shards"][0]
+    opened = [ShardRows(prepared["web"].train_shards[0], info["sha256"], info["rows"], SEQ + 1, info["tokens"],
+                        index_sha256=info["index_sha256"], vocab_size=400) for _ in range(2)]
+    clean = [np.array(opened[0].row(k)[0]) for k in range(info["rows"])]
+    valid_token(prepared)
+    reopened = [ShardRows(prepared["web"].train_shards[0], info["sha256"], info["rows"], SEQ + 1,
+                          info["tokens"], index_sha256=info["index_sha256"], vocab_size=400) for _ in range(2)]
+    capsys.readouterr()
+    for rows in reopened:
+        assert all(np.array_equal(rows.row(k)[0], clean[k]) for k in range(info["rows"]))
+    assert len(warnings(capsys)) == 1
+
+
 def test_a_damaged_shard_index_is_built_again_from_the_shard(built, tmp_path, capsys):
     prepared = copy(built, tmp_path)
     for f in prepared["web"].dir.glob("*.npy"):

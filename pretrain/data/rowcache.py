@@ -87,7 +87,7 @@ class ShardRows:
         span = slice(a, min(a + self._block_rows, self.rows))
         want = slice(k * DIGEST_CHARS, (k + 1) * DIGEST_CHARS)
         rows = f"{self.files['ids']}: rows {span.start}-{span.stop - 1}"
-        if block_digest(self.ids[span]) != self._blocks[want]:
+        if block_digest(self.ids[span]) != self._blocks[want] and not self._rebuilt_since(span, want):
             self._rebuild(f"{rows} differ from their checksum (damaged on disk)")
             if block_digest(self.ids[span]) != self._blocks[want]:
                 raise PretrainDataError(
@@ -96,6 +96,14 @@ class ShardRows:
                     f"written to it; check that disk")
         self._check_range(span.start, self.ids[span])
         self._verified[k] = True
+
+    def _rebuilt_since(self, span: slice, want: slice) -> bool:
+        """Whether another reader of this shard (the loader of another phase, which opened it too) has
+        rebuilt the files since this one mapped them: the files are replaced whole, so this mapping still
+        reads the damaged ones. Then it maps the new ones instead of rebuilding (and warning) again."""
+        if os.stat(self.files["ids"]).st_ino == self._ids_inode or self._open() is not None:
+            return False
+        return block_digest(self.ids[span]) == self._blocks[want]
 
     def _check_range(self, first: int, block: np.ndarray) -> None:
         V = self.vocab_size
@@ -145,6 +153,7 @@ class ShardRows:
                 what = "its header differs" if part == "ids" else "its bytes differ"
                 return f"{self.files[part]}: {what} from its checksum (damaged on disk)"
         self.ids, self.seg_lens, self.seg_off = arrays
+        self._ids_inode = os.stat(self.files["ids"]).st_ino
         self._block_rows, self._blocks = block_rows, blocks
         self._verified = np.zeros(len(blocks) // DIGEST_CHARS, bool)   # this mapping's: none yet
         return None
