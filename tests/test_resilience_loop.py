@@ -158,11 +158,15 @@ def test_a_spike_that_comes_back_stops_the_run_past_max_rollbacks(tmp_path):
     assert "rollback limit" in error["reason"]
 
 
-def test_an_early_spike_inside_the_warmup_rolls_back_and_skips_its_data(tmp_path):
+def test_an_early_spike_inside_the_warmup_rolls_back_and_skips_its_data(tmp_path, capsys):
     """Issue 40: a spike in the window's 20-step warm-up went unseen and the window learned it."""
     trainer, _, _ = make_trainer(tmp_path, poison={4, 5, 6}, warmup=20)
     train(trainer, [plan(20)])
     trainer.metrics.close()
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("loss spike")]
+    assert len(said) == 1 and re.fullmatch(   # the operator sees it, not only events.jsonl
+        r"loss spike at step 7: loss [\d.]+ > [\d.]+ \(the phase's best [\d.]+ \+ resilience\.spike_best_margin=2\) "
+        r"since step 5; rolled back to step 3, skipping general's data 3-6", said[0]), said
     spike, = kinds(tmp_path, "spike")
     assert (spike["first_step"], spike["step"], spike["rule"]) == (5, 7, "best")
     assert spike["threshold"] == pytest.approx(7.0, abs=0.05)         # the best level ~5.0 + 2 nats

@@ -207,7 +207,7 @@ class Keeper:
             ))
         if self.writes_run_files:
             self.checkpoints.discard_from(info.step + 1, "rollback")  # a crash must not resume into the spike
-        spiked_at = s.global_step
+        spiked_at, why = s.global_step, self.spike.explain(spike)   # before the rewind moves the bar
         trainer.load(self.checkpoints, info)
         trainer.state.data_skips = skips
         if trainer.state.phase != plan.name:  # rolled back to the previous phase's final checkpoint
@@ -221,6 +221,8 @@ class Keeper:
                    spike=[first, confirmed])
         self.event("skip", step=info.step, what="data", phase=plan.name, data=[lo, hi],
                    steps=[first - 1, confirmed])
+        trainer.metrics.note(f"loss spike at step {spiked_at}: {why}; rolled back to step {info.step}, "
+                             f"skipping {plan.name}'s data {lo}-{hi}")
         trainer.save()  # the same step again, now recording the skipped window: a crash resumes past it
         self.beat(trainer.state.global_step)
 
