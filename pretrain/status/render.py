@@ -43,8 +43,9 @@ def text(r: Dict[str, Any]) -> str:
         down = duration(x["down_s"]) if x["down_s"] is not None else "-"
         shrink = f", dp {x['dp'][0]} -> {x['dp'][1]}" if x.get("dp") else ""
         when = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(x['ts']))
-        lines.append(f"{x['kind']} {when}: {x['cause']} "
-                     f"({who}); {x['steps_lost']} steps lost, {down} to the next step{shrink}")
+        named = x["cause"].startswith(f"{who}:")   # the controller's causes begin with the node already
+        lines.append(f"{x['kind']} {when}: {x['cause']}{'' if named else f' ({who})'}; "
+                     f"{x['steps_lost']} steps lost, {down} to the next step{shrink}")
     if not r["restarts"]:
         lines.append("restarts: none")
     if ck.get("newest"):
