@@ -142,7 +142,7 @@ def test_finished_killed_and_restarted_runs(tmp_path):
         r = report.gather(run)
         assert r["exit"] == 1 and "restart(s) in the last hour (rank 1 exited -9)" in r["verdict"]
         assert r["restarts"][0]["steps_lost"] == 4 and r["goodput"]["badput_s"]["redone"] > 0
-        assert ": rank 1 exited -9; see logs (rank 1); 4 steps lost" in render.text(r)
+        assert ": rank 1 exited -9 (rank 1); 4 steps lost" in render.text(r)   # the cause up to its first "; "
         with EventLog(run / "events.jsonl") as ev:   # the job controller's causes name the node first
             ev.log("restart", cause="node 1: rank 1 of 2 ended", node=1, rank=1, failed_at=time.time(),
                    steps_lost=2, resume_step=28)
