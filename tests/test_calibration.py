@@ -1,6 +1,7 @@
 """The plan's step time and memory from measurements: the calibration store, its fit, the plan that uses
 it, and the planned / measured table every run prints."""
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -121,6 +122,19 @@ def test_an_uncalibrated_cpu_plan_assumes_the_hardwares_runtime_and_graph_multip
     assert none.framework_gb == 0.0 and "process:" not in format_plan(none)
 
 
+def test_one_point_measures_the_fixed_part_and_keeps_the_assumed_multiple_of_activations():
+    """One run's point (the default job's: 4.28 GB held, 0.34 planned of which 0.26 activations) gives the
+    fixed part beyond 13x its activations, so a model with a tenth of the activations is planned at its own
+    size, not at the default job's 4.28 GB."""
+    default_job = replace(point(1e9, 0.5, rss=4.28, planned=0.34), activations_gb=0.26)
+    cal = fit("cpu", [default_job], activation_scale=13)
+    assert cal.activation_scale == 13 and cal.fixed_gb == pytest.approx(4.28 - 0.34 - 12 * 0.26)
+    assert 0.08 + cal.beyond_plan_gb(0.26, 1) + 0.26 == pytest.approx(4.28)   # its own point, as measured
+    small = 0.01 + 0.026 + cal.beyond_plan_gb(0.026, 1)
+    assert small == pytest.approx(cal.fixed_gb + 0.01 + 13 * 0.026) and small < 1.3
+    assert fit("cpu", [default_job]).fixed_gb == pytest.approx(4.28 - 0.34)   # no multiple assumed: all fixed
+
+
 def test_the_summary_sets_measured_beside_planned_and_plan_json_keeps_it(tmp_path):
     planned = {"step_s": 0.5, "tokens_per_s": 4000.0, "memory_gb": 4.0, "save_s": 0.1, "comm_s": 0.0,
                "source": "measured on h, 2026-12-03 (1 point)"}
@@ -128,6 +142,13 @@ def test_the_summary_sets_measured_beside_planned_and_plan_json_keeps_it(tmp_pat
     lines = format_versus([{"phase": "general", "planned": planned, "measured": measured}])
     assert lines[0] == "planned / measured (measured on h, 2026-12-03 (1 point)):"
     assert "0.500 / 0.600 (+20%)" in lines[2] and "4.00 / 4.40 (+10%)" in lines[2] and lines[2].endswith("-")
+    busy = {**measured, "step_s": 1.5, "host_load": {"load": 5.2, "cores": 2}}
+    assert format_versus([{"phase": "general", "planned": planned, "measured": busy}])[2].endswith(
+        "  (host busy: load 5.2 on 2 cores)")   # a time off by more than 30% says why on its line
+    idle = {**busy, "host_load": {"load": 1.1, "cores": 2}}
+    assert "host busy" not in format_versus([{"phase": "general", "planned": planned, "measured": idle}])[2]
+    assert "host busy" not in format_versus([{"phase": "general", "planned": planned,
+                                              "measured": {**measured, "host_load": busy["host_load"]}}])[2]
     (tmp_path / "plan.json").write_text(json.dumps({"step_s": 0.5}))
     note_measured(tmp_path / "plan.json", [{"phase": "general", "measured": measured}])
     assert json.loads((tmp_path / "plan.json").read_text()) == {"step_s": 0.5, "measured": {"general": measured}}

@@ -31,8 +31,9 @@ The memory model is `rss = model states + fixed_gb + activation_scale x activati
 runtime (~1 GB here) plus what its compiled graphs keep of each micro-batch, an unfused multiple
 (~12-15x here) of the planned activations and logits (Korthikanti's count for fused kernels), once
 per training graph the process compiled (the update cell, and the accumulate cell under gradient
-accumulation). Points of two activation sizes fit both by least squares; otherwise the scale is 1
-and the fixed part is the median of what the points held beyond the plan.
+accumulation). Points of two activation sizes fit both by least squares; otherwise the scale is the
+hardware option's assumption (hardware.graph_activation_multiple) and the fixed part the median of what
+the points held beyond the plan and that multiple of their activations.
 
 Reading and writing the file is this module's only I/O; the planner itself stays pure (it gets a
 `Calibration` or None).
@@ -136,8 +137,10 @@ def seq_of(point: Point) -> int:
     return int(found.group(1)) if found else 0
 
 
-def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
-    """The step-time model and fixed memory of a hardware's points; None without a usable point."""
+def fit(hardware: str, points: List[Point], activation_scale: float = 1.0) -> Optional[Calibration]:
+    """The step-time model and fixed memory of a hardware's points; None without a usable point.
+    `activation_scale`: the multiple of the activations assumed (hardware.graph_activation_multiple)
+    until points of two activation sizes measure it."""
     pts = [p for p in points if p.flops > 0 and p.step_s > 0]
     if not pts:
         return None
@@ -147,8 +150,12 @@ def fit(hardware: str, points: List[Point]) -> Optional[Calibration]:
         overhead, rate, exponent, ref_seq = _fit_over_seq(micro)
     else:
         overhead, rate, exponent, ref_seq = *_fit_one_seq(micro), 0.0, 0
-    fixed, scale = max(statistics.median(p.rss_gb - p.planned_gb for p in pts), 0.0), 1.0
-    held = [p for p in pts if p.activations_gb > 0]   # points recorded before the split say nothing
+    # the fixed part beyond the assumed multiple of each point's activations (points recorded before the
+    # split have none): one point of the default job would otherwise count its activations' multiple as
+    # fixed, and plan a model a tenth its size at the default job's memory
+    scale = activation_scale
+    fixed = max(statistics.median(p.rss_gb - p.planned_gb - (scale - 1.0) * p.activations_gb for p in pts), 0.0)
+    held = [p for p in pts if p.activations_gb > 0]
     line = _line([p.activations_gb for p in held],
                  [p.rss_gb - (p.planned_gb - p.activations_gb) for p in held])
     if line:
@@ -209,11 +216,12 @@ def load(cfg: Any) -> Optional[Calibration]:
     takes how the rate grows with the sequence from another option's points of the architecture measured
     on the same host (the module's docstring says why)."""
     hardware, cache_dir = str(cfg.hardware.name), str(cfg.data.cache_dir)
+    scale = float(cfg.hardware.get("graph_activation_multiple", 1.0))
     theirs = bool(_engine_tag(cfg))
     points = [p for p in read_points(cache_dir, hardware) if (ENGINE_TAG in p.shape) == theirs]
     arch = arch_key(cfg)
     own = [p for p in points if p.shape.split("|")[0] == arch]
-    calibration = fit(hardware, own or points)
+    calibration = fit(hardware, own or points, scale)
     lengths = {seq_of(p) for p in own}
     if calibration is None or len(lengths) != 1 or 0 in lengths:
         return calibration

@@ -4,6 +4,7 @@ records). The first step a process runs compiles the graph: it is left out of th
 are the WARMUP_STEPS after it where the phase has steps to spare: on this CPU the first 4-8 of them ran
 20-40% slower than the steady step a month-long run is made of (measured on one shape: 0.12-0.15 s,
 then 0.085-0.095 s)."""
+import os
 import resource
 import statistics
 from typing import Any, Dict, List, Optional
@@ -35,7 +36,13 @@ class PhaseMeter:
         saves = save_times[self.saves_before:]
         return {"step_s": median, "tokens_per_s": tokens_per_step / median if median else None,
                 "memory_gb": peak_rss_gb(), "save_s": statistics.median(saves) if saves else None,
-                "steps_timed": len(timed)}
+                "steps_timed": len(timed), "host_load": host_load()}
+
+
+def host_load() -> Dict[str, float]:
+    """The host's 1-minute load average and its cores: a step measured while other work shares the cores
+    is not the plan's step (the summary says so beside a time that is off)."""
+    return {"load": round(os.getloadavg()[0], 2), "cores": os.cpu_count() or 1}
 
 
 def note_allreduce(results: List[Dict[str, Any]], allreduce_s: Optional[float]) -> None:

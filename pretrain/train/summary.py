@@ -169,8 +169,21 @@ def format_versus(results: List[Dict[str, Any]]) -> List[str]:
              f"{'phase':<10}" + "".join(f"{title:>26}" for _, title, _ in _VERSUS)]
     for r in rows:
         lines.append(f"{r['phase']:<10}" + "".join(f"{_versus(r['planned'], r['measured'], key, fmt):>26}"
-                                                  for key, _, fmt in _VERSUS))
+                                                  for key, _, fmt in _VERSUS) + _busy(r["planned"], r["measured"]))
     return lines
+
+
+OFF = 0.30   # a planned time this far from the measured one says why on its line
+
+
+def _busy(planned: Dict[str, Any], measured: Dict[str, Any]) -> str:
+    """Why the times are off, when the host was busy: other work shared the cores the step was timed on."""
+    host = measured.get("host_load") or {}
+    times = [(planned.get(k), measured.get(k)) for k in ("step_s", "save_s")]
+    off = any(p and m and abs(m / p - 1) > OFF for p, m in times)
+    if not off or host.get("load", 0.0) <= host.get("cores", 1):
+        return ""
+    return f"  (host busy: load {host['load']:g} on {host['cores']} cores)"
 
 
 def resume_hint(stopped: str, step: int, directory: Path) -> str:
