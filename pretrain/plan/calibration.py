@@ -91,15 +91,19 @@ class Calibration:
         return micro_batches * self.overhead_s + flops / rate
 
     def beyond_plan_gb(self, activations_gb: float, graphs: int) -> float:
-        """What a process holds beyond the plan's peak (states + one micro-batch's activations once):
-        the fixed part plus the graphs' multiple of the activations."""
-        return self.fixed_gb + (self.activation_scale * graphs - 1.0) * activations_gb
+        return beyond_plan_gb(self.fixed_gb, self.activation_scale, activations_gb, graphs)
 
     @property
     def source(self) -> str:
         borrowed = f"; sequence scaling from {self.exponent_from}" if self.exponent_from else ""
         points = f"{self.points} point{'s' * (self.points != 1)}"
         return f"measured on {self.host}, {self.date} ({points}{borrowed})"
+
+
+def beyond_plan_gb(fixed_gb: float, activation_scale: float, activations_gb: float, graphs: int) -> float:
+    """What a process holds beyond the plan's peak (states + one micro-batch's activations once): the
+    fixed part plus the graphs' multiple of the activations (measured, or the hardware's assumption)."""
+    return fixed_gb + (activation_scale * graphs - 1.0) * activations_gb
 
 
 def path_for(cache_dir: str, hardware: str) -> Path:

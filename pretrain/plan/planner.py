@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from pretrain.config.layout import ParallelLayout
 from pretrain.config.resolved import ResolvedPhase, ResolvedRun
-from pretrain.plan.calibration import Calibration
+from pretrain.plan.calibration import Calibration, beyond_plan_gb
 from pretrain.plan.formulas import (GB, ModelShape, ParamCount, activation_bytes_per_layer, bubble_fraction,
                                     bytes_per_param, checkpoint_overhead, chunks_in_flight, flops_per_token,
                                     group_spans_nodes, layer_params, model_shape, model_states,
@@ -344,8 +344,8 @@ def _framework_gb(calibration: Optional[Calibration], hw: Any, peak: StageMemory
     acts = peak.activations_gb + peak.logits_gb
     if calibration is not None:
         return calibration.beyond_plan_gb(acts, _graphs(lay))
-    assumed = float(_get(hw, "runtime_gb", 0.0)), float(_get(hw, "graph_activation_multiple", 1.0))
-    return assumed[0] + (assumed[1] * _graphs(lay) - 1.0) * acts
+    return beyond_plan_gb(float(_get(hw, "runtime_gb", 0.0)), float(_get(hw, "graph_activation_multiple", 1.0)),
+                          acts, _graphs(lay))
 
 
 def device_flops_per_step(run: ResolvedRun) -> float:
