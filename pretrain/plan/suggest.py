@@ -68,7 +68,7 @@ def fitting_layouts(cfg: Any, limit: int = 3) -> List[Suggestion]:
                 work.parallel = OmegaConf.merge(base, {"recompute": recompute, "zero_stage": zero})
                 if layout_problems(work):
                     continue
-                p = plan(ResolvedRun.of(work))
+                p = plan(ResolvedRun.of(work, snapshot=False))   # planned at once, before `work` changes
                 if not p.fits:
                     continue
                 extra = tuple(f"parallel.{k}={v}" for k, v in (("recompute", recompute), ("zero_stage", zero))
