@@ -304,7 +304,8 @@ def test_an_injected_loss_spike_is_rolled_back_its_data_skipped_and_training_end
     assert records[-1]["loss"] < records[0]["loss"] - 0.5
 
 
-def test_injected_nan_gradients_skip_the_update_and_never_reach_weights_or_checkpoints(tmp_path, data_cache):
+def test_injected_nan_gradients_skip_the_update_and_never_reach_weights_or_checkpoints(reference, tmp_path,
+                                                                                       data_cache):
     cli = Cli(tmp_path, data_cache)
     cli.ok(cli.run("train.keep_checkpoint_max=100", faults={"nan_grads": [4, 5, 6]}))
 
@@ -320,7 +321,10 @@ def test_injected_nan_gradients_skip_the_update_and_never_reach_weights_or_check
     for checkpoint in (cli.run_dir / "checkpoints").glob("step_*"):
         for name, value in weights(checkpoint).items():
             assert np.isfinite(value).all(), (checkpoint.name, name)
-    assert records[-1]["loss"] < records[0]["loss"] - 0.5  # and training went on normally
+    # and training went on normally: down as the uninterrupted run went (8.33 -> 7.74 in 40 steps on the
+    # English-Chinese sample), three updates of 40 behind it
+    assert records[-1]["loss"] < records[0]["loss"] - 0.3
+    assert records[-1]["loss"] - reference["losses"][-1] < 0.2
 
 
 def test_a_hung_step_is_ended_by_the_watchdog_with_its_exit_code_and_stacks(tmp_path, data_cache):
