@@ -87,6 +87,7 @@ def test_hydra_conventions_keep_working(cli, tmp_path):
     assert "Defaults List" in cli("--info", "defaults", check=True).stdout
 
 
+@pytest.mark.slow   # four CLI processes
 def test_user_config_dir_adds_options_without_touching_the_package(cli, tmp_path):
     mine = tmp_path / "myconf" / "model"
     mine.mkdir(parents=True)
@@ -181,6 +182,7 @@ def test_data_app_bad_overrides_are_one_line_on_both_paths(tmp_path, overrides, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow   # four CLI processes
 def test_options_without_their_own_name_get_their_own_run_dirs(cli, tmp_path):
     """A user's model files that extend llama3_70b without `name:` must not share (and overwrite)
     runs/llama3_70b-...: run names come from the options chosen on the command line."""

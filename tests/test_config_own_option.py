@@ -46,6 +46,7 @@ def test_own_option_without_defaults_is_one_line_and_writes_nothing(cli, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["myconf"]   # no run dir, no cache
 
 
+@pytest.mark.slow   # a sweep: ~5 s
 def test_own_option_without_defaults_is_its_sweep_row(cli, tmp_path, own):
     proc = cli("-m", "--config-dir", str(own), "model=mine", "dry_run=true", "hydra.sweep.dir=sweep")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

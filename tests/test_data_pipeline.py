@@ -161,6 +161,7 @@ def test_exact_and_planted_near_duplicates_are_removed(tmp_path):
     assert victim in kept and near not in kept
 
 
+@pytest.mark.slow   # two data builds with workers: ~8 s
 def test_compiled_dedup_keeps_the_same_documents(tmp_path, monkeypatch):
     """The read stage's compiled kernels (fasthash, used from stages.COMPILED_MIN_BYTES of input per worker)
     keep and drop exactly what the Python path does."""

@@ -183,6 +183,7 @@ def test_export_gives_back_exactly_the_transformers_weights_that_mindformers_fus
                                   made[20]["model.norm.weight"])
 
 
+@pytest.mark.slow   # transformers' import and tokenizer conversion: ~3 s
 def test_transformers_loads_the_config_and_tokenizer_with_our_ids(make_run, tmp_path, sp_model):
     pytest.importorskip("transformers")
     run, _, _ = make_run(MOE)
@@ -356,10 +357,8 @@ def mindspore_vs_reference(tmp_path, make_run, overrides):
     return compare_logits(run, tmp_path / "hf")
 
 
-# each builds and runs a MindSpore model (~5-10 s): the MoE and tied layouts with the slow suite
-@pytest.mark.parametrize("overrides", [[], pytest.param(MOE, marks=pytest.mark.slow),
-                                       pytest.param(QWEN3_TIED, marks=pytest.mark.slow)],
-                         ids=["llama", "qwen3_moe", "qwen3_tied"])
+@pytest.mark.slow   # each builds and runs a MindSpore model: ~5-10 s
+@pytest.mark.parametrize("overrides", [[], MOE, QWEN3_TIED], ids=["llama", "qwen3_moe", "qwen3_tied"])
 def test_numpy_reference_of_the_export_equals_our_mindspore_logits(mindformers_scratch, compose_many,
                                                                     tmp_path, make_run, overrides):
     result = mindspore_vs_reference(tmp_path, make_run, overrides)

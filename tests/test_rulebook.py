@@ -180,6 +180,7 @@ def _verdicts(compose_many, combos):
     return rows
 
 
+@pytest.mark.slow   # every option composed: ~3 s
 def test_every_phase_and_data_option_row_ok_means_training_accepts_it(compose_many):
     """The phase and data options (the model x parallel x hardware product is in test_config.py)."""
     combos = [[f"phase={ph}", f"data={d}"] for ph in _options("phase") for d in _options("data")]

@@ -110,6 +110,7 @@ def test_other_changes_are_refused_in_one_line_listing_each_key(edits, listed):
     assert "log_every" not in message.split(": a resume")[0]   # allowed keys are not blamed
 
 
+@pytest.mark.slow   # CLI processes around a data build
 def test_a_rejected_restart_keeps_config_and_plan_and_a_dry_run_writes_beside_them(tmp_path):
     run_dir = trained_run_dir(tmp_path)
     frozen = {name: (run_dir / name).read_bytes() for name in ("config.yaml", "plan.json")}

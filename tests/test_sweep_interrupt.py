@@ -25,6 +25,7 @@ def finished_rows(tmp_path):
     return sorted((tmp_path / "sweep").glob("*/row.json"))
 
 
+@pytest.mark.slow   # two sweeps of real job processes, signalled: ~10 s each
 @pytest.mark.parametrize("signals, code", [((signal.SIGINT, signal.SIGINT), 130), ((signal.SIGTERM,), 143)],
                          ids=["ctrl-c twice", "sigterm"])
 def test_an_interrupted_sweep_summarises_the_jobs_that_finished_in_one_line(tmp_path, signals, code):
@@ -50,6 +51,7 @@ def test_an_interrupted_sweep_summarises_the_jobs_that_finished_in_one_line(tmp_
     assert "sweep:" not in out   # the line of a sweep that ran every job is not claimed
 
 
+@pytest.mark.slow   # a sweep of real job processes
 def test_a_sweep_interrupted_before_any_job_finished_says_so(tmp_path):
     proc = sweep(tmp_path, "dry_run=true", f"train.seed=range(1,{JOBS + 1})")
     for line in proc.stdout:
