@@ -47,9 +47,12 @@ from pretrain.resilience.signals import StopForced
 CLUSTER_TIME_OUT_S = 600
 LAST_LINES = 12
 POLL_S = 0.1
-# A rank's error when msrun's scheduler told it a peer went quiet (heartbeats missing): the peer is the
-# cause, and the scheduler names it in its exit file within seconds of telling the ranks
-_PEER_LOST = "The state of the cluster is error"
+# A rank's error when a peer went quiet (heartbeats missing): msrun's scheduler told it the cluster is
+# abnormal, or its collective (the gradients' AllReduce) timed out waiting for the peer, both about
+# MS_NODE_TIMEOUT after the peer stopped. The peer is the cause, and the scheduler names it in its exit
+# file within seconds (a CI run saw the AllReduce's error first: node 0 was blamed for node 1's freeze).
+_PEER_LOST = re.compile(r"The state of the cluster is error|Launch kernel failed, name: ?\S*"
+                        r"(AllReduce|AllGather|ReduceScatter|Broadcast|AllToAll|AlltoAll|Send|Receive|Barrier)")
 PEER_NAMED_S = 10.0
 SCHEDULER_EXIT = "scheduler.exit"   # pretrain.worker.scheduler's failure report
 MSRUN_LOG = "msrun.log"             # msrun's own stderr
@@ -435,7 +438,7 @@ class RankWatch:
             # ended in the same window: the one killed without a word is the cause, not its peer
             if failed is not None and (vanished is None or self.deaths.before(failed, vanished)):
                 e = exits[failed]
-                named = self._peer_named(check) if _PEER_LOST in (e["error"] or "") else None
+                named = self._peer_named(check) if _PEER_LOST.search(e["error"] or "") else None
                 return named or Failure(failed, int(e["exit"]), self.message(
                     failed, f"exited with code {e['exit']}" + (f" ({e['error']})" if e["error"] else "")))
             if vanished is not None:
