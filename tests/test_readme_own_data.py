@@ -1,4 +1,4 @@
-"""README's "Your own data" commands, run as written on a small corpus laid out as they expect."""
+"""The "Your own data" commands of docs/data.md, run as written on a small corpus laid out as they expect."""
 import gzip
 import json
 import os
@@ -14,7 +14,7 @@ from tests.conftest import REPO
 
 
 def _commands():
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "data.md").read_text()
     section = text.split("## Your own data", 1)[1].split("\n## ", 1)[0]
     return [shlex.split(line.strip()) for line in section.splitlines() if line.startswith("    python -m ")]
 
