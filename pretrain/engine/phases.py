@@ -131,7 +131,7 @@ def export_phases(run: ResolvedRun, pad_token_id: int = 0) -> Dict[str, Dict[str
 
 
 def resilience(cfg: DictConfig, y: Dict[str, Any]) -> None:
-    """Our resilience keys, mapped onto what MindFormers 1.9.0 has (README lists the rest):
+    """Our resilience keys, mapped onto what MindFormers 1.9.0 has (docs/mindformers.md lists the rest):
     - non-finite steps: MFTrainOneStepCell skips the update when the gradients overflow (its loss
       scaler, runner_wrapper.scale_sense); check_for_nan_in_loss_and_grad stays off, since it stops
       the run at the first NaN loss where resilience.max_nonfinite_in_row allows skips.
