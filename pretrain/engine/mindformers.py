@@ -187,9 +187,10 @@ def run_phase(run: ResolvedRun, phase: str) -> Dict[str, Any]:
     from pretrain.train import ranks
 
     if step_times and ranks.writes_run_files():   # this hardware's calibration point for MindFormers' step
-        from pretrain.train.loop import plan_of, record_calibration
+        from pretrain.plan.measured import plan_of, record_calibration
+        from pretrain.train.measure import calibration_peak_gb
 
-        record_calibration(run, plan_of(run), statistics.median(step_times))
+        record_calibration(run, plan_of(run), statistics.median(step_times), calibration_peak_gb(cfg))
     return {
         "phase": phase,
         "resumed_at": resumed_at,

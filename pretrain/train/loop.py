@@ -19,6 +19,7 @@ from pretrain.config.layout import ParallelLayout
 from pretrain.config.resolved import ResolvedRun
 from pretrain.data.checks import check_prepared
 from pretrain.model import builder
+from pretrain.plan.measured import plan_of, record_calibration
 from pretrain.resilience import guards
 from pretrain.resilience.events import EventLog
 from pretrain.resilience.checkpoint import read_state
@@ -93,34 +94,9 @@ def run(resolved: ResolvedRun) -> Dict[str, Any]:
         result["planned"] = measure.planned(planned)
     summary = finish(run_dir, trainer, results, time.perf_counter() - started, checkpoints.directory, events)
     if writes_run_files and summary["measured"]["step_s"]:   # else no step ran after compile
-        record_calibration(resolved, planned, summary["measured"]["step_s"])
+        record_calibration(resolved, planned, summary["measured"]["step_s"], measure.calibration_peak_gb(cfg))
     summary["rank_evidence"] = build.rank_evidence(trainer, fed, results)  # not in summary.json: this rank's
     return summary
-
-
-def plan_of(resolved: ResolvedRun) -> Any:
-    """The plan as the launch printed it: the one the app planned (in its own process), else the
-    planner with this hardware's calibration, if any (a rank of msrun)."""
-    if resolved.plan is not None:
-        return resolved.plan
-    from pretrain.plan import calibration
-    from pretrain.plan.planner import plan
-
-    return plan(resolved, calibration.load(resolved.cfg))
-
-
-def record_calibration(resolved: ResolvedRun, planned: Any, step_s: float) -> None:
-    """A run's own calibration point: its step time after compile and peak memory for its shape."""
-    from pretrain.plan import calibration
-    from pretrain.plan.planner import device_flops_per_step, memory_split_gb
-
-    cfg = resolved.cfg
-    cpu = str(cfg.hardware.device) == "cpu"
-    states, held = memory_split_gb(planned)
-    point = calibration.new_point(calibration.shape_key(cfg), device_flops_per_step(resolved), step_s,
-                                  measure.peak_rss_gb() if cpu else 0.0, states + held, held,
-                                  int(cfg.model.seq_length), planned.layout.grad_accum)
-    calibration.record(str(cfg.data.cache_dir), str(cfg.hardware.name), point)
 
 
 def train(trainer: Trainer, plans: List[PhasePlan]) -> List[Dict[str, Any]]:

@@ -17,6 +17,12 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
+def calibration_peak_gb(cfg: Any) -> float:
+    """The peak memory a calibration point records: this process's on CPU (there the device's memory
+    is the host's), 0 on an accelerator (its memory is not read here)."""
+    return peak_rss_gb() if str(cfg.hardware.device) == "cpu" else 0.0
+
+
 class PhaseMeter:
     def __init__(self, saves_before: int):
         self.warming: List[float] = []   # the WARMUP_STEPS after the compiling step
