@@ -1,19 +1,16 @@
 """Shared fixtures: composed configs (cheap, no mindspore) and a CLI runner in tmp_path."""
 import os
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from pretrain.bench import SMALL_MODEL
 from pretrain.config.compose import composer
+from tests.helpers.cli import run as cli_run
+from tests.helpers.repo import REPO
 
-REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
 # MindFormers logs to $LOCAL_DEFAULT_PATH/log, else ./output/log (the checkout, for in-process imports
 # here); a run sets it to its own run dir (pretrain.model.builder.prepare_environment).
 os.environ.setdefault("LOCAL_DEFAULT_PATH", tempfile.mkdtemp(prefix="pretrain-tests-mindformers-"))
@@ -31,25 +28,6 @@ sys.path.insert(0, str(SITEHOOKS))
 import pretrain_faults  # noqa: E402  (the path above first)
 
 
-# The shrunken models every training test uses. SMALL_MODEL (pretrain.bench, which the benchmarks share):
-# the tiny architecture at ~0.6M parameters and seq 64, over the sample corpus and its 4096-piece
-# tokenizer. SHRINK: the same at vocab 512 and seq 32, for tests that feed their own token arrays.
-_LENGTHS = ("model.seq_length=", "model.max_position_embeddings=")
-SHRINK = [*(o for o in SMALL_MODEL if not o.startswith(_LENGTHS)),
-          "model.vocab_size=512", "model.seq_length=32", "model.max_position_embeddings=32"]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (msrun's master port in the multi-process tests)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def options(group: str):
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-
-
 @pytest.fixture(scope="session")
 def compose_many():
     """A composer initialised once for the whole session."""
@@ -57,40 +35,27 @@ def compose_many():
         yield run
 
 
-def python_env(cache, extra=None):
-    """The environment a test's `python ...` subprocess runs in: its own PRETRAIN_CACHE (a caller's
-    wins: a shared cache), no HYDRA_FULL_ERROR (the one-line errors are what a user sees)."""
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cache)
-    env.update(extra or {})
-    return env
-
-
 @pytest.fixture
 def cli(tmp_path):
     """Run `python -m pretrain ARGS` in tmp_path; returns the CompletedProcess."""
     def run(*args, env=None, timeout=600, check=False):
-        proc = subprocess.run([sys.executable, "-m", "pretrain", *args], cwd=tmp_path,
-                              env=python_env(tmp_path / "cache", env), capture_output=True, text=True,
-                              timeout=timeout, check=False)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return proc
+        return cli_run(*args, cwd=tmp_path, env=env, timeout=timeout, check=check)
     return run
 
 
 @pytest.fixture(scope="session")
 def run_once(tmp_path_factory):
-    """`python ARGS` run once per distinct ARGS in the session, each in a directory of its own;
-    returns (CompletedProcess, that directory). For commands whose output tests only read (a sweep's
-    summary): test_readme.py runs README's sweeps and test_cli.py checks their rows, in one run."""
+    """`python -m MODULE ARGS` run once per distinct ("-m", MODULE, *ARGS) in the session, each in a
+    directory of its own; returns (CompletedProcess, that directory). For commands whose output tests
+    only read (a sweep's summary): test_readme.py runs README's sweeps and test_cli.py checks their
+    rows, in one run."""
     done = {}
 
     def run(*args, timeout=600):
+        assert args[0] == "-m", f"run_once runs `python -m MODULE ...`, not {args}"
         if args not in done:
             cwd = tmp_path_factory.mktemp("run-once")
-            done[args] = subprocess.run([sys.executable, *args], cwd=cwd, env=python_env(cwd / "cache"),
-                                        capture_output=True, text=True, timeout=timeout, check=False), cwd
+            done[args] = cli_run(*args[2:], cwd=cwd, module=args[1], timeout=timeout), cwd
         return done[args]
     return run
 

@@ -1,12 +1,12 @@
-"""The data benchmark's corpora (pretrain.bench.corpora) and a smoke run of the benchmark itself."""
+"""The data benchmark's corpora (pretrain.data.corpora) and a smoke run of the benchmark itself."""
 import random
 import subprocess
 import sys
 
 import pytest
 
-from pretrain.bench import corpora
-from tests.conftest import python_env
+from pretrain.data import corpora
+from tests.helpers.cli import python_env
 
 PAGE = "Title of the page\n\n" + "\n\n".join(
     " ".join(f"w{p}x{i}" for i in range(150)) for p in range(4))
@@ -54,7 +54,7 @@ def test_bench_data_quick_runs_every_kind(tmp_path, data_cache):
 def test_labelled_near_copies_span_the_similarity_range():
     """The recall benchmark's corpora: each pair is a document and a near copy made by one of the
     edits, from light to heavy (Jaccard from below 0.6 to above 0.9), and the same for a seed."""
-    from pretrain.bench.recall import jaccard, shingle_set
+    from pretrain.data.recall import jaccard, shingle_set
     data = corpora.labelled("zh-short", 0.1)
     assert data == corpora.labelled("zh-short", 0.1)
     assert {e for _, _, e in data.pairs} == set(corpora.NEAR_EDITS)
@@ -68,7 +68,7 @@ def test_near_dedup_finds_chinese_near_copies_as_datasketch_does(tmp_path):
     0.9 Jaccard of character 5-grams found, the same pairs as datasketch's MinHashLSH on the same
     shingles, no pair below 0.6 and no unique document dropped. Word shingles (a run of Han characters
     as one word, what the stages did before) find few of them."""
-    from pretrain.bench import recall
+    from pretrain.data import recall
     dedup = {"threshold": 0.8, "num_perm": 128, "shingle": 5}
     r = recall.measure("zh-short", 0.12, dedup, 1, tmp_path)
     high = [p for p in r.pairs if p.jaccard >= 0.9]

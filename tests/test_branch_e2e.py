@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pretrain.train.metrics import read_metrics
-from tests.conftest import SMALL_MODEL
+from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pretrain.bench import SMALL_MODEL
 from pretrain.train.measure import WARMUP_STEPS
+from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.repo import REPO
 
 BIG = ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"]
 

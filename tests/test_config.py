@@ -9,7 +9,7 @@ from pretrain.config import validate
 from pretrain.config.errors import PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
 from pretrain.plan.verdict import verdict
-from tests.conftest import options
+from tests.helpers.repo import options
 from tests.test_rulebook import accepted_by_training
 
 GROUPS = ["model", "parallel", "phase", "hardware", "data"]

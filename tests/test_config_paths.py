@@ -1,7 +1,7 @@
 """Issue 27: a path-valued key that cannot be a path (a 100 KB override value) is one line naming the
 key, not `OSError: File name too long` with ~300 KB of output from wherever it was first stat'ed."""
 import pytest
-from rundir_fakes import pretrain
+from tests.helpers.rundir_fakes import pretrain
 
 from pretrain.config import validate
 

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from pretrain.config.resolved import ResolvedRun
 from pretrain.engine import phases as engine_phases
 from pretrain.model import mindformers_config as mfc
-from tests.conftest import SMALL_MODEL
+from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow  # prepares the sample corpus once per session (~1 min)
 

@@ -17,7 +17,7 @@ import pytest
 
 from pretrain.config.phases import phase_steps, phases as phases_of
 from pretrain.train.schedule import curriculum
-from tests.conftest import SMALL_MODEL
+from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

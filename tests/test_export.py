@@ -23,7 +23,8 @@ from pretrain.data.hashing import file_sha256
 from pretrain.export import architecture, hf_dir, reference, safetensors_file, tokenizer_files
 from pretrain.export.check import compare_tokenizer, exported_weights, within_noise
 from pretrain.resilience.checkpoint import MANIFEST, STATE, WEIGHTS, _describe
-from tests.conftest import SHRINK, python_env
+from tests.helpers.cli import python_env
+from tests.helpers.models import SHRINK
 
 MOE = ["model=qwen3_30b_a3b", "model.head_dim=16", "model.num_experts=4", "model.num_experts_per_token=2",
        "model.moe_ffn_hidden_size=32"]
@@ -433,7 +434,7 @@ def test_the_default_job_exports_with_its_logits_and_its_chinese_english_tokeniz
 
 @pytest.mark.slow
 def test_a_mindformers_engine_run_exports_rank_0s_checkpoint(data_cache, tmp_path):
-    from tests.conftest import SMALL_MODEL
+    from tests.helpers.models import SMALL_MODEL
     run = train(data_cache, tmp_path, "phase=general", "train.engine=mindformers", *SMALL_MODEL,
                 "train.eval_every=0", "train.total_tokens=15000", "train.save_every_steps=10")
     proc = export(run, tmp_path / "hf")

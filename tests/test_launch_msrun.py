@@ -16,7 +16,8 @@ import pytest
 
 from pretrain.launch.tree import alive as _alive
 from pretrain.train.metrics import read_metrics
-from tests.conftest import SMALL_MODEL, free_port
+from tests.helpers.models import SMALL_MODEL
+from tests.helpers.net import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ import pytest
 
 from pretrain.launch import tree
 from tests.test_elastic_e2e import DP2, STEPS, Cli, events, losses, status, train_steps
-from tests.conftest import free_port
+from tests.helpers.net import free_port
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")]
@@ -201,7 +201,7 @@ def test_a_corrupt_newest_checkpoint_the_restart_falls_back_to_the_previous_veri
     """Bytes of the newest checkpoint flipped, then node 1 killed: the restarted ranks find its
     sha256 differs from its manifest, quarantine it (a `fallback` event) and resume from the one
     before; the steps since that one run again and the run ends as if uninterrupted."""
-    from pretrain.bench.chaos import corrupt_newest
+    from pretrain.launch.faults import corrupt_newest
     run = cli.cwd / "corrupt"
     proc = cli.start(str(run), *NODES, "resilience.max_restarts=2")
     corrupted = None
@@ -235,7 +235,7 @@ def test_disk_full_during_a_save_stops_the_run_with_one_line_and_the_same_comman
     directory stays), and the run stops with one `error:` line and exit 2, which a restart cannot
     help (the controller does not retry it). Space freed, the same command resumes and the run
     ends as if uninterrupted."""
-    from pretrain.bench.chaos import BALLAST, checkpoint_fs, fill
+    from pretrain.launch.faults import BALLAST, checkpoint_fs, fill
     from pretrain.resilience.checkpoint import CheckpointManager, verify
     run = cli.cwd / "diskfull"
     ckpts = checkpoint_fs(run, size_mb=128)   # room for the run's 10 checkpoints of ~7 MB

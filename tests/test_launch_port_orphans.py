@@ -23,7 +23,7 @@ import pytest
 
 from pretrain.launch import tree
 from pretrain.resilience.orphan import LAUNCHER_ENV
-from tests.conftest import free_port
+from tests.helpers.net import free_port
 from tests.test_launch_msrun import (DP2, RUN, SMALL, events, pretrain,  # noqa: F401 (a fixture)
                                      rank_status, train_records, wait_for_steps)
 

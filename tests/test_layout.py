@@ -13,7 +13,7 @@ from pretrain.launch import msrun, scripts, supervise
 from pretrain.model import mindformers_config as mfc
 from pretrain.plan.planner import plan
 from pretrain.train import ranks
-from tests.conftest import options
+from tests.helpers.repo import options
 
 # a hardware option of each size, so every layout composes onto as many devices as it uses
 HARDWARE = {1: "cpu", 2: "cpu_2proc", 8: "ascend910b_1x8", 32: "ascend910b_4x8", 64: "ascend910b_8x8",

@@ -11,7 +11,7 @@ from pretrain.config.errors import PretrainConfigError
 from pretrain.model import builder
 from pretrain.model import mindformers_config as mfc
 from pretrain.plan.planner import model_shape, param_count
-from tests.conftest import SHRINK
+from tests.helpers.models import SHRINK
 
 SHRINK = [*SHRINK, "model.head_dim=16"]
 

@@ -9,7 +9,7 @@ from pretrain.data.loader import rows_to_batch
 from pretrain.model import builder
 from pretrain.model.mindformers_config import document_attention
 from pretrain.train.step import model_inputs
-from tests.conftest import SHRINK
+from tests.helpers.models import SHRINK
 
 pytestmark = pytest.mark.slow   # two model graphs compile (~15 s each on 2 loaded cores)
 

@@ -15,7 +15,8 @@ import pytest
 from pretrain.model import builder, moe_load
 from pretrain.model import mindformers_config as mfc
 from pretrain.plan.planner import model_shape, param_count
-from tests.conftest import SHRINK, free_port
+from tests.helpers.models import SHRINK
+from tests.helpers.net import free_port
 
 EXPERTS, TOP_K, MOE_FFN = 4, 2, 32
 MOE = ["model=qwen3_30b_a3b", *SHRINK, "model.head_dim=16", f"model.num_experts={EXPERTS}",

@@ -11,7 +11,7 @@ from pretrain.model import builder
 from pretrain.model import mindformers_config as mfc
 from pretrain.model import sandwich
 from pretrain.plan.planner import model_shape, param_count
-from tests.conftest import SHRINK
+from tests.helpers.models import SHRINK
 
 LAYERS = 4
 PANGU = ["model=pangu_ultra_135b", *SHRINK, "model.head_dim=16", f"model.num_layers={LAYERS}"]

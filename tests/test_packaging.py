@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.repo import REPO
 
 
 def pip(*args, cwd):

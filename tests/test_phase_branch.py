@@ -18,7 +18,7 @@ from pretrain.resilience.resume import check_branch, find_start, resume_changes,
 from pretrain.config.branch import run_suffix
 from pretrain.train.schedule import curriculum, end_lr, levels, phase_lr
 from pretrain.resilience.identity import final_tag
-from tests.conftest import REPO, options
+from tests.helpers.repo import REPO, options
 
 
 # ------------------------------------------------------------------ the LR arithmetic

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SMALL_MODEL
+from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.conftest import REPO, options
+from tests.helpers.repo import REPO, options
 
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))

@@ -23,7 +23,7 @@ import pytest
 from pretrain.resilience.checkpoint import verify
 from pretrain.resilience.events import read_events
 from pretrain.resilience.signals import HANG_EXIT_CODE
-from tests.conftest import SMALL_MODEL
+from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from pretrain.plan.planner import plan as make_plan
 from pretrain.plan.report import format_plan
 from pretrain.plan.verdict import memory_problems, verdict
 
-from tests.conftest import options as _options
+from tests.helpers.repo import options as _options
 
 GROUPS = {"model": schema.ModelConfig, "parallel": schema.ParallelConfig, "hardware": schema.HardwareConfig,
           "data": schema.DataConfig, "train": schema.TrainConfig, "plan": schema.PlanConfig,

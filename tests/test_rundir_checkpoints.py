@@ -2,7 +2,7 @@
 quarantined, never pruned and never counted toward keep_checkpoint_max. Fake checkpoints (no
 MindSpore): verification reads only the manifest and the files' bytes."""
 import pytest
-from rundir_fakes import SMALL, corrupt, fake_checkpoint, pretrain, trained_run_dir
+from tests.helpers.rundir_fakes import SMALL, corrupt, fake_checkpoint, pretrain, trained_run_dir
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience.checkpoint import QUARANTINE, CheckpointManager, verify

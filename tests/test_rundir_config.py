@@ -4,7 +4,7 @@ the checkpoint's config is refused in one line listing the keys, unless every ke
 may change (resume.RESUMABLE), which is accepted and recorded."""
 import pytest
 from omegaconf import OmegaConf
-from rundir_fakes import SMALL, pretrain, trained_run_dir
+from tests.helpers.rundir_fakes import SMALL, pretrain, trained_run_dir
 
 from pretrain.config import frozen
 from pretrain.config.errors import PretrainRunError

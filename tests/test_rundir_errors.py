@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from rundir_fakes import SMALL, pretrain
+from tests.helpers.rundir_fakes import SMALL, pretrain
 
 
 def one_error_line(proc):

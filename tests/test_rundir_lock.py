@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from rundir_fakes import SMALL, pretrain
+from tests.helpers.rundir_fakes import SMALL, pretrain
 
 from pretrain import rundir
 from pretrain.rundir import LOCK_FILE, RunDirBusy, RunDirLock

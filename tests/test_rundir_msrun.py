@@ -11,7 +11,7 @@ import pytest
 from test_launch_msrun import DP2, SMALL, wait_for_steps
 
 from pretrain.rundir import RunDirBusy, RunDirLock
-from tests.conftest import free_port
+from tests.helpers.net import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ invalid ones and dry runs included, wrote (or rewrote) runs/<name>/.hydra/."""
 import os
 
 import pytest
-from rundir_fakes import SMALL, pretrain, trained_run_dir
+from tests.helpers.rundir_fakes import SMALL, pretrain, trained_run_dir
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.rundir import MARKER, claim

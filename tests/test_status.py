@@ -222,7 +222,7 @@ def test_an_ended_run_is_accounted_as_its_summary_says(tmp_path):
 
 
 def test_the_chaos_benchmark_accounts_with_the_same_code(tmp_path):
-    from pretrain.bench.chaos import accounting
+    from pretrain.resilience.observe import accounting
 
     run = _run_dir(tmp_path)
     started = json.loads((run / "events.jsonl").read_text().splitlines()[0])["ts"] - 5.0   # its launch

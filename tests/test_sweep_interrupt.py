@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tests.conftest import SMALL_MODEL, python_env
+from tests.helpers.cli import python_env
+from tests.helpers.models import SMALL_MODEL
 
 JOBS = 20   # dry runs of the tiny model, ~1 s each: the signal comes long before the last
 

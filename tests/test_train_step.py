@@ -10,7 +10,7 @@ from pretrain.model import builder
 from pretrain.train.metrics import MetricsWriter
 from pretrain.resilience.identity import architecture
 from pretrain.train.schedule import phase_lr
-from tests.conftest import SHRINK
+from tests.helpers.models import SHRINK
 
 # one layer: every behaviour here is per step, not per layer, and each graph compiles faster
 SHRINK = [*SHRINK, "model.num_layers=1"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.conftest import free_port
+from tests.helpers.net import free_port
 
 pytestmark = pytest.mark.slow   # three processes compile the model graph (~1-2 min on 2 cores)
 

@@ -25,7 +25,6 @@ time / wall, and whether the final weights are the uninterrupted run's (sha256 o
 parameters). Needs root (network namespaces, the tmpfs).
 """
 import argparse
-import errno
 import json
 import os
 import random
@@ -38,51 +37,13 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from pretrain.bench import SMALL_MODEL
+from pretrain.config.shrunken import SMALL_MODEL
+from pretrain.launch.faults import BALLAST, checkpoint_fs, corrupt_newest, fill
 from pretrain.resilience import goodput
-from pretrain.resilience.events import read_events
+from pretrain.resilience.observe import accounting, lines
 
 NODES = ["parallel=dp2", "hardware=cpu_2x1"]
 KINDS = ["kill_node1", "corrupt_newest", "disk_full", "stop_rank1", "kill_node0"]
-CKPT_FS_MB = 256      # the checkpoints' own tmpfs: a few of the shrunken model's (~7 MB each)
-BALLAST = "ballast"   # the file that fills it
-
-
-class _Tail:
-    """The records of a JSONL file that the run appends to (and cuts back on a resume), read
-    incrementally: a poll parses only the lines added since the last one, so the benchmark's own CPU
-    stays flat as the run's logs grow (parsing them whole 10x a second took ~30% of a core by 6000
-    steps, CPU the measured run lost)."""
-
-    def __init__(self, path: Path):
-        self.path, self.rows, self.offset, self.last, self.inode = path, [], 0, b"", None
-
-    def read(self) -> List[Dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                inode = os.fstat(f.fileno()).st_ino
-                f.seek(max(self.offset - len(self.last), 0))
-                if inode != self.inode or f.read(len(self.last)) != self.last:   # replaced or cut back
-                    self.rows, self.offset, self.last, self.inode = [], 0, b"", inode
-                f.seek(self.offset)
-                chunk = f.read()
-        except OSError:
-            return self.rows
-        lines = chunk[:chunk.rfind(b"\n") + 1].splitlines(keepends=True)   # complete lines only
-        for line in lines:
-            self.rows.append(json.loads(line))
-        if lines:
-            self.offset += sum(map(len, lines))
-            self.last = lines[-1]
-        return self.rows
-
-
-_tails: Dict[Path, _Tail] = {}
-
-
-def _lines(path: Path, kind: str) -> List[Dict[str, Any]]:
-    tail = _tails.setdefault(path, _Tail(path))
-    return [r for r in tail.read() if r.get("kind") == kind]
 
 
 def _start(cwd: Path, run: str, args: List[str], mode: str = "w") -> subprocess.Popen:
@@ -99,45 +60,6 @@ def _tree_of(run_dir: Path, rank: int) -> List[int]:
     env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     tags = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(tree.TAG_ENV.encode() + b"=")]
     return tree.tagged(tags)
-
-
-def checkpoint_fs(run_dir: Path, size_mb: int = CKPT_FS_MB) -> Path:
-    """RUN_DIR/checkpoints on a tmpfs of its own (the run dir marked as ours first)."""
-    from pretrain.rundir import MARKER
-    ckpts = run_dir / "checkpoints"
-    ckpts.mkdir(parents=True)
-    (run_dir / MARKER).write_text("a pretrain run directory (made by pretrain.bench.chaos)\n")
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(ckpts)], check=True)
-    return ckpts
-
-
-def fill(directory: Path) -> int:
-    """Write directory/ballast until its filesystem is full; the bytes written."""
-    written, chunk = 0, b"\0" * (1 << 20)
-    with open(directory / BALLAST, "wb", buffering=0) as fh:
-        while True:
-            try:
-                written += fh.write(chunk)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                return written
-
-
-def corrupt_newest(ckpts: Path) -> Optional[int]:
-    """Flip bytes in the middle of the newest checkpoint's weights when an older one exists to fall
-    back to; its step, or None (try again later)."""
-    from pretrain.resilience.checkpoint import WEIGHTS, CheckpointManager
-    found = CheckpointManager(ckpts, keep_latest=1, writes_run_files=False).list()
-    if len(found) < 2:
-        return None
-    weights = found[0].path / WEIGHTS
-    with open(weights, "r+b") as fh:
-        fh.seek(weights.stat().st_size // 2)
-        block = fh.read(64)
-        fh.seek(-len(block), os.SEEK_CUR)
-        fh.write(bytes(b ^ 0xFF for b in block))
-    return found[0].step
 
 
 def _fault(kind: str, run_dir: Path) -> Dict[str, Any]:
@@ -179,23 +101,23 @@ def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int, kinds: List[str]
                 out = (cwd / "chaos.out").read_text(errors="replace").splitlines()
                 stops.append(([ln for ln in out if ln.startswith("error:")] or ["(no error line)"])[-1])
                 f.update(detected_s=time.time() - f["at"], stop_exit=proc.returncode,
-                         last_step=max([r["step"] for r in _lines(metrics, "train")], default=0))
+                         last_step=max([r["step"] for r in lines(metrics, "train")], default=0))
                 (ckpts / BALLAST).unlink()
                 f["restart_ts"] = f["relaunched"] = time.time()
                 proc = _start(cwd, "chaos", args, mode="a")
                 continue
             time.sleep(0.1)
-            steps = _lines(metrics, "train")
+            steps = lines(metrics, "train")
             pending = faults and "first_step_s" not in faults[-1]
             if pending:
                 f = faults[-1]
-                restarts = [e for e in _lines(events, "restart") if e["ts"] >= f["at"]]
+                restarts = [e for e in lines(events, "restart") if e["ts"] >= f["at"]]
                 if restarts and "restart_ts" not in f:
                     r = restarts[0]
                     f.update(detected_s=r["failed_at"] - f["at"], last_step=r["last_step"],
                              restart_ts=r["ts"])
                 since = f.get("restart_ts", float("inf"))
-                resumed = [e for e in _lines(events, "resume") if e["ts"] >= since]
+                resumed = [e for e in lines(events, "resume") if e["ts"] >= since]
                 # the ranks cut metrics.jsonl back to their checkpoint before they log `resume`, so
                 # a line for the step after it is the restarted job's first (not a survivor's)
                 if resumed and any(r["step"] == resumed[0]["step"] + 1 for r in steps):
@@ -204,7 +126,7 @@ def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int, kinds: List[str]
                     f["steps_lost"] = f["last_step"] - resumed[0]["step"]
                     f["start_build_load_s"] = resumed[0]["ts"] - f["restart_ts"]
                     f["compile_first_step_s"] = f["at"] + f["first_step_s"] - resumed[0]["ts"]
-                    f["fallbacks"] = [e["step"] for e in _lines(events, "fallback") if e["ts"] >= f["at"]]
+                    f["fallbacks"] = [e["step"] for e in lines(events, "fallback") if e["ts"] >= f["at"]]
                     next_at = time.time() + rng.expovariate(1 / mtbf_s)
                 continue
             if max_faults is not None and len(faults) >= max_faults:
@@ -225,20 +147,10 @@ def chaos(cwd: Path, args: List[str], mtbf_s: float, seed: int, kinds: List[str]
     wall = time.time() - started
     final = {int(p.stem.split("_")[1]): json.loads(p.read_text())
              for p in (run_dir / "logs").glob("rank_*.exit")}
-    steps = {r["step"]: r for r in _lines(metrics, "train")}
+    steps = {r["step"]: r for r in lines(metrics, "train")}
     return {"exit": proc.returncode, "wall_s": wall, "faults": faults, "steps": len(steps), "stops": stops,
             "step_times": [r["step_time_s"] for r in steps.values()], "started": started,
             "params": final.get(0, {}).get("params_sha256")}
-
-
-def accounting(run_dir: Path, result: Dict[str, Any], step_s: float) -> goodput.Goodput:
-    """The chaos run's goodput and badput by cause, by the code every run's summary and `pretrain
-    status` use, over the bench's own wall (from its launch of the job, which the run cannot see)."""
-    records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
-    train = {int(r["step"]): r for r in records if r["kind"] == "train"}
-    return goodput.account(read_events(run_dir / "events.jsonl"), steps=result["steps"], step_s=step_s,
-                           end_ts=result["started"] + result["wall_s"], first_step=train.get,
-                           eval_s=goodput.eval_seconds(records), started_ts=result["started"])
 
 
 def _load() -> str:

@@ -6,7 +6,7 @@ side in one run on the same cores.
                                   [--scale 1,4,16 --scale-kind K --scale-mb MB] [--nodes 1,8,64]
                                   [--recall-mb MB | --no-recall] [--quick]
 
-Corpora (pretrain.bench.corpora, built here from the installed packages, nothing downloaded):
+Corpora (pretrain.data.corpora, built here from the installed packages, nothing downloaded):
 short chat-like documents with exact and near copies, long web-like prose mostly unique and with
 near copies (word edits, paragraphs reordered), code; Chinese chat-like documents, Chinese web-like
 prose and Chinese-English pages with exact and edited copies; --input times your own files instead.
@@ -270,7 +270,7 @@ class Bench:
 
     def scale(self, kind: str, mb: float, factors: List[int]) -> None:
         """Peak resident MB per task of each stage (dedup on, engine=local) at growing sizes."""
-        from pretrain.bench import corpora
+        from pretrain.data import corpora
         table: Dict[int, Dict] = {}
         walls: Dict[int, float] = {}
         for f in factors:
@@ -291,7 +291,7 @@ class Bench:
 
 
 def main(argv=None) -> None:
-    from pretrain.bench import corpora
+    from pretrain.data import corpora
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kinds", default=",".join(corpora.KINDS), help=f"of {', '.join(corpora.KINDS)}")
     ap.add_argument("--mb", type=float, default=24.0, help="MB of each generated corpus")

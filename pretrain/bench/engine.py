@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pretrain.bench import SMALL_MODEL
+from pretrain.config.shrunken import SMALL_MODEL
 
 SMALL = [
     "phase=general",

@@ -26,18 +26,18 @@ tests' shrunken one and tiny (hidden 128, 4 layers), so a step is compute, not o
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from pretrain.plan.tolerance import medians, table
 
 MODEL = ["model.hidden_size=128", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
          "model.ffn_hidden_size=344", "model.max_position_embeddings=128"]
 SINGLE = [(64, 8), (128, 8), (64, 16), (128, 16)]
 DP2_CALIBRATION = [(64, 8), (64, 16)]   # the probe's at its length
 DP2 = [(128, 8), (128, 16)]
-TOLERANCE = 0.15
 
 
 def _run(args, env, cwd):
@@ -66,10 +66,10 @@ def main(argv):
         if repeats > 1:
             print(f"round {k + 1} of {repeats}", flush=True)
         rounds.append(one_round(out / f"round-{k + 1}" if repeats > 1 else out, steps, extra))
-        print(_table(rounds[-1]), flush=True)
+        print(table(rounds[-1]), flush=True)
     (out / "results.json").write_text(json.dumps(rounds if repeats > 1 else rounds[0], indent=1))
     if repeats > 1:
-        print(_medians(rounds))
+        print(medians(rounds))
 
 
 def one_round(out, steps, extra):
@@ -109,38 +109,6 @@ def one_round(out, steps, extra):
             print(_line(rows[-1]), flush=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     return rows
-
-
-def _medians(rounds):
-    """Per config, the measured / planned step ratio of each round (each its own calibration) and
-    their median, which is what is judged against the tolerance."""
-    lines = [f"{'hardware':<10}{'seq':>5}{'batch':>6}  ratios per round{'':>10}{'median':>8}{'<15%':>6}"]
-    within = 0
-    for k, row in enumerate(rounds[0]):
-        ratios = [r[k]["measured_step_s"] / r[k]["planned_step_s"] for r in rounds]
-        median = statistics.median(ratios)
-        within += abs(median - 1) <= TOLERANCE
-        lines.append(f"{row['hardware']:<10}{row['seq']:>5}{row['batch']:>6}  "
-                     f"{' '.join(f'{x:.2f}' for x in ratios):<26}{median:>8.2f}"
-                     f"{'yes' if abs(median - 1) <= TOLERANCE else 'NO':>6}")
-    lines.append(f"{within} of {len(rounds[0])} within {TOLERANCE:.0%} by the median of {len(rounds)} rounds")
-    return "\n".join(lines)
-
-
-def _line(r):
-    ratio = r["measured_step_s"] / r["planned_step_s"]
-    return (f"{r['hardware']:<10}{r['seq']:>5}{r['batch']:>6}{r['planned_step_s']:>10.3f}{r['measured_step_s']:>10.3f}"
-            f"{ratio:>7.2f}{'yes' if abs(ratio - 1) <= TOLERANCE else 'NO':>6}{r['planned_gb']:>9.2f}"
-            f"{r['measured_gb']:>9.2f}{r['wall_s']:>8.0f}"
-            + (f"{r['planned_comm_s']:>10.3f}{r['measured_comm_s']:>10.3f}" if r["measured_comm_s"] else ""))
-
-
-def _table(rows):
-    head = (f"{'hardware':<10}{'seq':>5}{'batch':>6}{'plan s':>10}{'meas s':>10}{'ratio':>7}{'<15%':>6}"
-            f"{'plan GB':>9}{'meas GB':>9}{'wall s':>8}{'plan ar s':>10}{'meas ar s':>10}")
-    within = sum(abs(r["measured_step_s"] / r["planned_step_s"] - 1) <= TOLERANCE for r in rows)
-    return "\n".join([head, *map(_line, rows), f"{within} of {len(rows)} within {TOLERANCE:.0%} "
-                      f"(calibration: {rows[0]['source'] if rows else '-'})"])
 
 
 if __name__ == "__main__":

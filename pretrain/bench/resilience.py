@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List
 
-from pretrain.bench import SMALL_MODEL
+from pretrain.config.shrunken import SMALL_MODEL
 
 REAL_DEFAULT = [*SMALL_MODEL, "train.total_tokens=20480", "train.save_every_steps=3", "train.eval_every=0"]
 

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from tests.conftest import SHRINK  # msrun runs this file with PYTHONPATH=the checkout
+from tests.helpers.models import SHRINK  # msrun runs this file with PYTHONPATH=the checkout
 
 SEQ, STEPS = 32, 2
 

@@ -2,13 +2,12 @@
 without MindSpore (the launcher's checks read only the manifest and state.json, never weights)."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from pretrain.resilience.checkpoint import MANIFEST, STATE, WEIGHTS, _describe, checkpoint_name
+from tests.helpers import cli
 
 # Keep the runs that must be refused tiny, so that a refusal that did NOT happen fails fast.
 SMALL = ["train.total_tokens=20480", "model.seq_length=64", "model.max_position_embeddings=64"]
@@ -36,10 +35,7 @@ def corrupt(checkpoint: Path) -> None:
 
 
 def pretrain(cwd: Path, *args: str, module: str = "pretrain", timeout: int = 120):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(Path(cwd) / "cache")
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return cli.run(*args, cwd=cwd, module=module, timeout=timeout)
 
 
 def trained_run_dir(tmp_path: Path, *overrides: str, steps=(3, 6)) -> Path:
