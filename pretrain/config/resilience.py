@@ -23,7 +23,7 @@ class ResilienceConfig:
     spike_ratio: float = between(1.0, 1e6, 2.0, low_open=True)
     spike_consecutive: int = between(1, _COUNT, 10)   # steps in a row above the bar before it counts
     spike_window: int = between(2, _COUNT, 50)        # accepted losses the mean (and std) are taken over
-    spike_sigma: float = between(0.0, 1e6, 6.0, low_open=True)
+    spike_sigma: float = between(0.0, 1e6, 6.0, low_open=True)   # spike_rule=sigma: stds above the mean
     spike_warmup_steps: int = between(0, _COUNT, 20)  # no window bar until this many losses were accepted
     # Bars that hold from step 1 (nats; pretrain/resilience/spike.py). A loss above ln(model.vocab_size)
     # + this is worse than a uniform guess. An untrained model starts near ln V + std^2 x hidden / 2
@@ -39,7 +39,8 @@ class ResilienceConfig:
     watchdog_timeout_s: float = between(0.0, _SECONDS, 900.0, low_open=True)
     # the first step includes graph compilation
     first_step_timeout_s: float = between(0.0, _SECONDS, 3600.0, low_open=True)
-    async_save: bool = False             # write checkpoints from a background thread
+    # write checkpoints from a background thread (off: on 2 CPU cores it costs more than it saves)
+    async_save: bool = False
     # true: when no checkpoint in the run dir verifies, move them to checkpoints/quarantine/ and train
     # from step 0. false: that is an error, never a silent fresh start. A checkpoint that verifies is
     # always resumed from, so the key can stay in a command that a supervisor repeats.
@@ -53,8 +54,8 @@ class ResilienceConfig:
     # (torchrun's --max-restarts); past that, with elastic, it leaves out the rank that keeps failing
     # and goes on with the largest data-parallel size the rest allow, down to hardware.min_devices.
     max_restarts: int = between(0, _COUNT, 3)
-    restart_window: float = between(0.0, _SECONDS, 3600.0, low_open=True)
-    elastic: bool = False
+    restart_window: float = between(0.0, _SECONDS, 3600.0, low_open=True)   # seconds the restarts count in
+    elastic: bool = False                # past the restart budget, go on without the failing rank
     # `pretrain status` calls a live run degraded (exit 1) when its goodput so far (productive step time
     # / wall since the first start, pretrain/resilience/goodput.py) falls below this
     goodput_warn: float = between(0.0, 1.0, 0.7)
