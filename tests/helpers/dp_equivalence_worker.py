@@ -1,7 +1,7 @@
 """One side of tests/test_train_tokens.py's data-parallel check (not a test module itself).
 
-    python tests/dp_equivalence_worker.py OUT single          # one process, the global batch at once
-    msrun ... python tests/dp_equivalence_worker.py OUT dp2   # each rank its half, grad_accum=2
+    python tests/helpers/dp_equivalence_worker.py OUT single          # one process, the global batch at once
+    msrun ... python tests/helpers/dp_equivalence_worker.py OUT dp2   # each rank its half, grad_accum=2
 
 Both train STEPS steps of the shrunken model from the same seed on the same global batch of four
 packed rows whose valid-token counts are very uneven (rank 0's rows are nearly all padding), then

@@ -1,0 +1,76 @@
+"""One bad document never stops or shrinks a build; no error leaves a temp directory behind.
+
+Reproduces issue 12 items 4 and 7 (data): a lone surrogate in one jsonl line aborted the whole
+preparation with UnicodeEncodeError and left a temp dir; one NUL byte on line 2 of a 100-line
+jsonl dropped all 100 documents as "binary"; data.dedup.num_perm=0 ended in a datasketch
+traceback and a temp dir; a source whose every document was dropped said "no val rows".
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.unit.test_data_pipeline import paragraphs
+
+
+def temp_dirs(cache: Path):
+    return sorted(str(p) for p in cache.rglob(".*tmp*")) if cache.exists() else []
+
+
+def cli_data(tmp_path, *args, cache=None):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PRETRAIN_CACHE"] = str(cache or tmp_path / "cache")
+    args = ["data=files", "~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
+            "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args]
+    return subprocess.run([sys.executable, "-m", "pretrain.data", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _jsonl_with_one_bad_line(path: Path, texts, bad_line: bytes) -> Path:
+    lines = [json.dumps({"text": t}).encode() for t in texts]
+    lines[1] = bad_line
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
+def test_cli_prepares_a_source_with_a_surrogate_and_a_nul_line(tmp_path):
+    texts = paragraphs()[:100]
+    src = tmp_path / "src"
+    src.mkdir()
+    _jsonl_with_one_bad_line(src / "s.jsonl", texts[:50], b'{"text": "\\ud800 abc"}')
+    raw = json.dumps({"text": texts[51]}).encode()
+    _jsonl_with_one_bad_line(src / "n.jsonl", texts[50:], raw[:30] + b"\0" + raw[30:])
+    proc = cli_data(tmp_path, f"data.sources.general.paths=[{src}]")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("general "))
+    assert row.split()[1] == "100" and "invalid_unicode 1" in proc.stdout
+    assert temp_dirs(tmp_path / "cache") == []
+
+
+# ---------------------------------------------------------------- errors: one line, no temp dir
+
+def test_a_source_with_every_document_dropped_says_so_in_one_line(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.txt").write_bytes(b"\x7fELF" + b"\0" * 100)
+    proc = cli_data(tmp_path, f"data.sources.general.paths=[{src}]")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [
+        "error: 0 of 3 documents kept from general: 3 binary (check data.sources.general and the filters "
+        "data.clean.*, data.dedup.*)"]
+    assert temp_dirs(tmp_path / "cache") == []
+
+
+def test_dedup_num_perm_0_is_one_line_and_leaves_no_temp_dir(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in paragraphs()[:20]))
+    proc = cli_data(tmp_path, f"data.sources.general.paths=[{src}]", "data.dedup.num_perm=0")
+    assert proc.returncode == 2
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error: ")
+    assert "num_perm" in proc.stderr and "Traceback" not in proc.stderr
+    assert temp_dirs(tmp_path / "cache") == []

@@ -1,0 +1,37 @@
+"""Corpus files that are not plain files, and plain files that read wrong (issue 27, data items).
+
+Before: a FIFO named .jsonl in a corpus dir hung data preparation forever with no output; a 10 GB
+sparse .txt with 100 KB of text read holes for over 10 minutes; a symlinked subdirectory was skipped
+without a word; a UTF-8 byte order mark dropped each jsonl file's first line as malformed_json; a
+parquet text column of list<string> was counted as missing_field; `**` in a source glob was
+recursive in the data step but not in the check before a launch, which refused a valid path.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.unit.test_data_pipeline import paragraphs, write_jsonl
+
+
+def cli_data(cwd: Path, *args, timeout=120):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["PRETRAIN_CACHE"] = str(cwd / "cache")
+    args = ["data=files", "~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
+            "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args]
+    return subprocess.run([sys.executable, "-m", "pretrain.data", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_in_a_corpus_dir_is_refused_in_one_line_not_a_hang(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_jsonl(corpus / "a.jsonl", paragraphs()[:50])
+    os.mkfifo(corpus / "pipe.jsonl")
+    proc = cli_data(tmp_path, "data.sources.general.paths=[corpus]")      # was: no output, forever
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "pipe.jsonl is a FIFO (named pipe), not a regular file" in err[0], err
+    assert "Traceback" not in proc.stderr and not (tmp_path / "cache" / "datasets").exists()

@@ -1,0 +1,149 @@
+"""prepare() and BatchLoader end to end on small real corpora written into tmp_path.
+
+Text comes from the Python installation (the language reference that pydoc ships), the tokenizer
+is a real sentencepiece model (small vocabulary), shards are real MindRecord files read back
+through mindspore.dataset.MindDataset.
+"""
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pretrain.config.compose import compose
+from pretrain.config.schema import SourceConfig
+from pretrain.data import prepare
+from pretrain.data.loader import BatchLoader
+
+SEQ = 64
+
+
+def paragraphs():
+    """Distinct real English paragraphs (prose, not operator tables), in a stable order."""
+    from pydoc_data.topics import topics
+
+    from pretrain.data.clean import symbol_ratio
+    seen, out = set(), []
+    for name in sorted(topics):
+        for p in topics[name].split("\n\n"):
+            p = " ".join(p.split())
+            if len(p) >= 120 and symbol_ratio(p) < 0.15 and p not in seen:
+                seen.add(p)
+                out.append(p)
+    return out
+
+
+def data_cfg(cache, sources, **over):
+    overrides = [f"data.cache_dir={cache}", "data.tokenizer.vocab_size=400",
+                 "data.tokenizer.byte_fallback=false", f"model.seq_length={SEQ}", "data.val_fraction=0.1",
+                 "data.workers=1",
+                 *[f"data.{k}={v}" for k, v in over.items()]]
+    cfg = compose(overrides).data
+    cfg.sources = {name: SourceConfig(paths=[str(p) for p in paths]) for name, paths in sources.items()}
+    return cfg
+
+
+def write_jsonl(path: Path, texts):
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Two sources: 'web' (jsonl, jsonl.gz) and 'books' (.txt files), 400 and 150 documents."""
+    root = tmp_path_factory.mktemp("corpus")
+    paras = paragraphs()
+    web, books = root / "web", root / "books"
+    web.mkdir(), books.mkdir()
+    write_jsonl(web / "a.jsonl", paras[:200])
+    plain = write_jsonl(root / "tmp.jsonl", paras[200:400])
+    (web / "b.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    for i, p in enumerate(paras[400:550]):
+        (books / f"{i:03d}.txt").write_text(p)
+    return {"web": [web], "books": [books]}
+
+
+@pytest.fixture(scope="module")
+def prepared(corpus, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    return prepare(data_cfg(cache, corpus, num_shards=2), progress=False)
+
+
+_WRITE_THEN_READ = """
+import json, sys
+from pathlib import Path
+import numpy as np
+from pretrain.data.pack import Rows
+from pretrain.data.shards import ShardWriter, read_shard, shard_name
+out = Path(sys.argv[1])
+writer = ShardWriter(out, "train", 2, 5)
+writer.write(Rows(np.arange(20, dtype=np.int32).reshape(4, 5), np.array([2, 3, 5, 1, 4, 5, 5], np.int32),
+                  np.array([2, 1, 2, 2], np.int32)))
+entries = writer.close()
+loaded = "mindspore" in sys.modules
+rows = [read_shard(out / shard_name("train", s, 2)) for s in range(2)]
+print(json.dumps({"mindspore_while_writing": loaded, "rows": [e["rows"] for e in entries],
+                  "ids": [r[0].tolist() for r in rows], "segs": [r[1].tolist() for r in rows]}))
+"""
+
+
+def test_writing_shards_never_imports_mindspore(tmp_path):
+    """The writer loads MindSpore's C++ MindRecord extension alone (pretrain.data.mindrecord_file),
+    not mindspore (1.4-1.8 CPU-s a data build would pay); MindDataset reads the rows back, round-robin
+    over the shards, each with its own pieces."""
+    proc = subprocess.run([sys.executable, "-c", _WRITE_THEN_READ, str(tmp_path)], capture_output=True,
+                          text=True, check=True)
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["mindspore_while_writing"] is False
+    assert got["rows"] == [2, 2]
+    assert got["ids"] == [[list(range(0, 5)), list(range(10, 15))], [list(range(5, 10)), list(range(15, 20))]]
+    assert got["segs"] == [[2, 3, 1, 4], [5, 5, 5]]
+
+
+# ---------------------------------------------------------------- loader
+
+def loader(prepared, weights=None, **kw):
+    args = {"batch_size": 4, "seq_length": SEQ, "seed": 11, **kw}
+    return BatchLoader(prepared, weights or {"web": 0.7, "books": 0.3}, **args)
+
+
+def realised_shares(ld, steps):
+    """Share of real (non-padding) tokens each dataset contributed to the loader's batches over
+    `steps` (an int n means steps 0..n-1)."""
+    steps = np.arange(steps) if isinstance(steps, (int, np.integer)) else np.fromiter(steps, np.int64)
+    tokens = np.zeros(len(ld.names), np.float64)
+    for d, _, rows in ld._draw(ld.slots(steps)):
+        tokens[d] += ld.views[d].tokens[rows].sum()
+    return {n: float(t / tokens.sum()) for n, t in zip(ld.names, tokens)}
+
+
+# ---------------------------------------------------------------- CLI
+
+@pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
+def test_cli_prepares_then_reuses_and_prints_a_summary(corpus, tmp_path):
+    env = {**os.environ, "PRETRAIN_CACHE": str(tmp_path / "cache")}
+    args = [sys.executable, "-m", "pretrain.data", "data=files",
+            f"data.sources.general.paths=[{corpus['books'][0]}]", "~data.sources.reasoning",
+            "~data.sources.anneal", "data.tokenizer.vocab_size=400",
+            "data.tokenizer.byte_fallback=false", "model.seq_length=64"]
+    runs = [subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for proc, how in zip(runs, ("built", "reused")):
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("general "))
+        assert line.split()[1] == "150" and f"{how}: {tmp_path / 'cache'}" in line
+
+
+def test_cli_missing_input_path_is_one_line_and_exit_2(tmp_path):
+    env = {**os.environ, "PRETRAIN_CACHE": str(tmp_path / "cache")}
+    env.pop("HYDRA_FULL_ERROR", None)
+    proc = subprocess.run([sys.executable, "-m", "pretrain.data", "data.sources.general.paths=[foo]"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: data.sources.general.paths: no such file or directory 'foo'")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []                # nothing written: no run dir, no .hydra, no log

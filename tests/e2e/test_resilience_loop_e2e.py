@@ -1,0 +1,160 @@
+"""The training loop's resilience, fast: the real Trainer, CheckpointManager, guards and events log
+around a stand-in step (one real MindSpore Parameter; its loss is a function of the data index, so
+a poisoned window of data makes a spike exactly where the test puts it). The real model under the
+real CLI is in test_resilience_e2e.py (slow)."""
+import json
+
+import numpy as np
+import pytest
+
+from pretrain.config.errors import PretrainRunError
+from pretrain.resilience.checkpoint import CheckpointManager
+from pretrain.resilience.events import EventLog
+from pretrain.resilience.nonfinite import NonFiniteGuard
+from pretrain.resilience.resume import find_start
+from pretrain.resilience.spike import SpikeGuard
+from pretrain.train.metrics import MetricsWriter
+from pretrain.train.schedule import PhaseLR
+from pretrain.resilience.identity import final_tag
+from pretrain.train.loop import train
+from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MindSpore may write dumps into the CWD
+
+
+class ToyStep:
+    """TrainStep's interface around one Parameter `w` (updates done: what a checkpoint must carry).
+    Loss = 5 - 0.01 w, plus 10 on poisoned data; a NaN loss mask is a non-finite step whose update
+    is skipped, as the real graph does."""
+
+    def __init__(self, poison=()):
+        import mindspore as ms
+        from mindspore import Parameter, Tensor, nn
+
+        class Weights(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.w = Parameter(Tensor(np.zeros(1, np.float32)), name="w")
+
+        self.optimizer = Weights()
+        self.poison = set(poison)
+        self.ms = ms
+
+    @property
+    def updates(self):
+        return float(self.optimizer.w.asnumpy()[0])
+
+    def step(self, micro_batches, lr):
+        batch = micro_batches[0]
+        index = int(batch["input_ids"][0, 0])
+        finite = bool(np.isfinite(batch["loss_mask"]).all())
+        loss = 5.0 - 0.01 * self.updates + (10.0 if index in self.poison else 0.0)
+        if finite:
+            self.optimizer.w.set_data(self.ms.Tensor(np.array([self.updates + 1], np.float32)))
+        return {"loss": loss if finite else float("nan"), "grad_norm": 1.0 if finite else float("nan"),
+                "finite": finite, "loss_scale": 1.0}
+
+    def scaler_state(self):
+        return {}
+
+    def load_scaler_state(self, state):
+        pass
+
+
+class ToyLoader:
+    def __init__(self, nan=()):
+        self.nan = set(nan)
+
+    def batch(self, i):
+        mask = np.full((1, 1), np.nan if i in self.nan else 1.0, np.float32)
+        return {"input_ids": np.array([[i]]), "labels": np.array([[i]]), "loss_mask": mask}
+
+
+def plan(steps=20, name="general", nan=()):
+    lr = PhaseLR(name, steps, start=0.0, peak=1e-3, end=1e-4, warmup_steps=0, schedule="linear")
+    return PhasePlan(name, lr, ToyLoader(nan), None)
+
+
+def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, writes_run_files=True,
+                 async_save=False, warmup=3):
+    events = EventLog(tmp_path / "events.jsonl")
+    checkpoints = CheckpointManager(tmp_path / "ckpt", keep_latest=5, events=events, async_save=async_save)
+    trainer = Trainer(
+        ToyStep(poison),
+        metrics=MetricsWriter(tmp_path),
+        throughput=Throughput(tokens_per_step=1, devices=1, flops_per_token=1.0, peak_flops=1.0),
+        grad_accum=1,
+        arch={"toy": 1},
+        checkpoints=checkpoints,
+        save_every_steps=save_every,
+        writes_run_files=writes_run_files,
+        events=events,
+        spike=SpikeGuard(ratio=2.0, consecutive=3, window=5, warmup_steps=warmup,
+                         max_rollbacks=max_rollbacks),
+        nonfinite=NonFiniteGuard(max_consecutive=max_nonfinite),
+    )
+    return trainer, checkpoints, events
+
+
+def test_an_async_save_is_not_called_saved_before_it_is_written(tmp_path, monkeypatch, capsys):
+    """Issue 27: with resilience.async_save, "saved step N" was printed before that save failed."""
+    import mindspore as ms
+    trainer, checkpoints, _ = make_trainer(tmp_path, save_every=3, async_save=True)
+
+    def disk_full(save_obj, path, **kwargs):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(ms, "save_checkpoint", disk_full)
+    with pytest.raises(PretrainRunError, match="No space left on device"):
+        train(trainer, [plan(8)])
+    out = capsys.readouterr().out
+    assert "saving step 3 in the background" in out and "saved step" not in out
+    assert checkpoints.latest() is None
+
+
+def test_find_start_resumes_own_progress_hands_off_a_finished_previous_phase_or_says_why_not(tmp_path):
+    from mindspore import Parameter, Tensor, nn
+
+    class Cell(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.w = Parameter(Tensor(np.zeros(1, np.float32)), name="w")
+
+    cell, ckpt = Cell(), CheckpointManager(tmp_path / "ckpt", keep_latest=5)
+    assert find_start(["general", "reasoning", "anneal"], None, ckpt) is None
+    with pytest.raises(PretrainRunError, match=r"run phase=general first with the same run_dir"):
+        find_start(["reasoning"], "general", ckpt)
+
+    ckpt.save(3, cell, {"phase": "general", "phase_step": 3, "phases_done": []})
+    start = find_start(["general", "reasoning", "anneal"], None, ckpt)
+    assert start.info.step == 3 and not start.handoff
+    with pytest.raises(PretrainRunError, match=r"step_00000003, in the middle of general: run phase=general"):
+        find_start(["reasoning"], "general", ckpt)
+
+    ckpt.save(5, cell, {"phase": "general", "phase_step": 5, "phases_done": ["general"]},
+              tag=final_tag("general"))
+    start = find_start(["reasoning"], "general", ckpt)
+    assert start.handoff and start.info.tag == "phase-general-final"
+    with pytest.raises(PretrainRunError, match=r"checkpoints of phase general .* does not train"):
+        find_start(["anneal"], "reasoning", ckpt)
+
+    ckpt.save(7, cell, {"phase": "reasoning", "phase_step": 2, "phases_done": ["general"]})
+    start = find_start(["reasoning"], "general", ckpt)
+    assert start.info.step == 7 and not start.handoff  # the phase's own progress wins
+
+
+def test_metrics_rewind_cuts_later_records_and_a_torn_line(tmp_path):
+    metrics = MetricsWriter(tmp_path)
+    for step in range(1, 6):
+        metrics.log({"kind": "train", "step": step, "loss": float(step)})
+    metrics.log({"kind": "val", "step": 5, "val_loss": 1.0})
+    with open(tmp_path / "metrics.jsonl", "a") as fh:
+        fh.write('{"kind": "train", "st')  # a kill -9 mid-write
+    metrics.rewind(3)
+    metrics.log({"kind": "train", "step": 4, "loss": 40.0})
+    metrics.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in lines] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0)]

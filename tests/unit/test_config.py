@@ -1,0 +1,109 @@
+"""Composition and cross-field validation, in-process (no mindspore import)."""
+import itertools
+
+import pytest
+from omegaconf import OmegaConf
+
+from pretrain.config.phases import phases as phases_of
+from pretrain.config import validate
+from pretrain.config.errors import PretrainConfigError
+from pretrain.config.resolved import ResolvedRun
+from pretrain.plan.verdict import verdict
+from tests.helpers.repo import options
+from tests.unit.test_rulebook import accepted_by_training
+
+GROUPS = ["model", "parallel", "phase", "hardware", "data"]
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_option_composes_with_the_defaults(compose_many, group, option):
+    cfg = compose_many([f"{group}={option}", "dry_run=true"])
+    assert OmegaConf.missing_keys(cfg) == set()
+    resolved = OmegaConf.to_container(cfg, resolve=True)   # every interpolation resolves
+    if group == "phase":
+        assert [p.name for p in phases_of(cfg)] == ([option] if option != "all" else
+                                                          ["general", "reasoning", "anneal"])
+    else:
+        assert resolved[group]["name"] == option
+    for line in validate.problems(cfg):
+        assert "\n" not in line and len(line) < 400
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow]) for m in options("model")])
+def test_every_parallel_hardware_combination_validates_or_explains(compose_many, model):
+    """Every layout on every hardware, per model (tiny in the default suite, the other models in the
+    slow one): valid and plannable, or every problem one clear line; and every one a dry run calls
+    "ok" passes the training path's own steps."""
+    from pretrain.plan.planner import plan
+
+    base = compose_many(["dry_run=true", f"model={model}"])
+    nodes = {g: {o: compose_many([f"{g}={o}"])[g] for o in options(g)} for g in ("parallel", "hardware")}
+    valid = ok = 0
+    for p, h in itertools.product(nodes["parallel"], nodes["hardware"]):
+        cfg = base.copy()
+        cfg.parallel, cfg.hardware = nodes["parallel"][p], nodes["hardware"][h]
+        found = validate.problems(cfg)
+        for line in found:
+            assert "\n" not in line, line
+            assert any(k in line for k in ("model.", "parallel", "train.", "hardware", "phase", "data.")), line
+        if not found:
+            valid += 1
+            run = ResolvedRun.of(cfg)
+            planned = plan(run)
+            assert planned.params_total > 0
+            # what a dry run or sweep row calls "ok", training accepts (a plan that does not fit is
+            # never ok: its verdict's search for fitting layouts is skipped here)
+            if planned.fits and verdict(run.with_plan(planned))[0] == "ok":
+                accepted_by_training(cfg)
+                ok += 1
+    assert valid >= 3   # the layouts in conf/ are meant to be usable, not just rejected
+    assert ok >= (2 if model == "tiny" else 0)   # tiny on the CPU options at least
+
+
+def test_layout_message_names_every_factor(compose_many):
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_4x8", "dry_run=true"])
+    (line,) = [p for p in validate.problems(cfg) if p.startswith("parallel:")]
+    assert "dp(8) * tp(4) * pp(2) * cp(1) = 64 != devices(32)" in line
+    assert "hardware=ascend910b_4x8" in line
+
+
+def test_derived_values_come_from_resolvers(compose_many):
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"])
+    assert cfg.train.global_batch_size == 1024
+    assert cfg.train.grad_accum == 1024 // (1 * 8)
+    cfg = compose_many(["model=llama3_70b", "parallel=dp8tp4pp2", "parallel.micro_batch_size=2"])
+    assert cfg.train.grad_accum == 64
+
+
+def test_phase_lr_from_the_cli(compose_many):
+    cfg = compose_many(["phase=reasoning", "phase.lr.peak=3e-5"])
+    (only,) = phases_of(cfg)
+    assert only.name == "reasoning" and only.lr.peak == 3e-5
+    cfg = compose_many(["phase.anneal.lr.end=2e-6"])
+    assert [p.name for p in phases_of(cfg)] == ["general", "reasoning", "anneal"]
+    assert phases_of(cfg)[2].lr.end == 2e-6
+
+
+def test_uneven_pipeline_split_is_accepted_when_explicit(compose_many):
+    args = ["model=pangu_ultra_135b", "parallel=dp8tp8pp16", "hardware=ascend910b_128x8", "parallel.vpp=1"]
+    assert any("num_layers(94)" in p for p in validate.problems(compose_many(args)))
+    split = "[5," + "6," * 14 + "5]"
+    assert validate.problems(compose_many(args + [f"parallel.pipeline_layers={split}"])) == []
+    bad = compose_many(args + ["parallel.pipeline_layers=[6,6]"])
+    assert any("parallel.pipeline_layers=[6, 6]" in p for p in validate.problems(bad))
+
+
+def test_check_raises_typed_error_with_all_problems(compose_many):
+    cfg = compose_many(["parallel.dp=3", "parallel.tp=0"])
+    with pytest.raises(PretrainConfigError) as err:
+        validate.check(cfg)
+    assert "parallel.tp=0 must be in [1, 1024]" in str(err.value)
+
+
+def test_moe_rules(compose_many):
+    ok = compose_many(["model=qwen3_30b_a3b", "parallel=dp8ep8", "hardware=ascend910b_1x8"])
+    assert validate.problems(ok) == []
+    bad = compose_many(["model=qwen3_30b_a3b", "parallel=dp8ep8", "hardware=ascend910b_1x8", "parallel.ep=3"])
+    found = validate.problems(bad)
+    assert any("model.num_experts(128) % parallel.ep(3)" in p for p in found)
+    assert any("parallel.ep(3) must divide dp(8)" in p for p in found)

@@ -1,0 +1,39 @@
+"""msrun's console relay: MindSpore's INFO log lines (tailed from rank 0's log by msrun) are dropped,
+everything else, progress-bar updates included, passes on unchanged and without waiting for a newline."""
+import random
+
+from pretrain.launch.console import LineFilter
+
+CHATTER = (b"[INFO] DISTRIBUTED(4242,7f3a,python):2026-12-03-09:41:02.123.456 [mindspore/ccsrc/distributed/"
+           b"rpc/tcp/tcp_comm.cc:123] Initialize] Event base dispatch success!\n")
+KEPT = [b"launch: msrun --worker_num=2\n", b"compiling the training graph...\n",
+        b"\r  0%|          | 0/28", b"\r 11%|#         | 3/28 [00:04<00:31]",
+        b"\r[WARNING] ME(4242,7f3a,python):2026 [x.cc:1] a warning stays\n",
+        b"[INFO] a line of ours that merely starts like one\n", b"[INFORMATION]\n", b"[\n",
+        b"error: rank 1 of 2 exited with code 1"]
+
+
+def stream():
+    return b"".join([KEPT[0], CHATTER, *KEPT[1:3], CHATTER.replace(b"4242", b"4243"), *KEPT[3:]])
+
+
+def test_chatter_lines_are_dropped_and_the_rest_passes_whole_however_the_bytes_are_split():
+    want = b"".join(KEPT)
+    for seed in range(300):
+        rng = random.Random(seed)
+        data, f, out, i = stream(), LineFilter(), [], 0
+        while i < len(data):
+            n = rng.randint(1, 40)
+            out.append(f.feed(data[i:i + n]))
+            i += n
+        assert b"".join(out) + f.flush() == want, seed
+
+
+def test_a_progress_bar_update_passes_before_its_line_ends_and_chatter_after_it_is_cut():
+    f = LineFilter()
+    assert f.feed(b"\r 11%|#  | 3/28") == b"\r 11%|#  | 3/28"
+    assert f.feed(b"[IN") == b""          # may still be chatter: held
+    assert f.feed(b"FO] DISTRIBUTED(1,") == b""
+    assert f.feed(b"2,python): x\n\r 14%|#  | 4/28") == b"\r 14%|#  | 4/28"
+    assert f.feed(b"[") == b""
+    assert f.feed(b"WARNING] kept") == b"[WARNING] kept"

@@ -1,0 +1,52 @@
+"""Imports only point down the layer order (pretrain/tools/imports.py), and a rank reads its frozen
+config without Hydra."""
+
+from pretrain.tools import imports
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert list(imports.upward()) == []
+
+
+def test_every_subpackage_has_a_layer():
+    layers = {imports.layer_of(m) for m, _ in imports.modules()}
+    assert layers - set(imports.LAYERS) == set()
+
+
+def test_a_lazy_upward_import_is_caught(tmp_path):
+    """An import inside a function counts like one at the top; `from pkg import module` is that module."""
+    package = tmp_path / "pretrain"
+    for name, text in {
+        "__init__.py": "",
+        "config/__init__.py": "",
+        "config/rules.py": "def check():\n    from pretrain.train import loop\n    return loop\n",
+        "train/__init__.py": "",
+        "train/loop.py": "from pretrain.config.rules import check\n",
+    }.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    found = list(imports.upward(package))
+    assert len(found) == 1 and "pretrain.config.rules -> pretrain.train.loop" in found[0]
+    assert imports.graph(package)["train"]["config"] == {"pretrain.train.loop -> pretrain.config.rules"}
+    assert imports.circles(package) == [["pretrain.config.rules", "pretrain.train.loop"]]
+
+
+def test_modules_import_each_other_in_no_circle():
+    assert imports.circles() == []
+
+
+def test_the_builtin_sources_the_rules_accept_are_the_ones_the_generator_has():
+    from pretrain.config.choices import BUILTIN_SOURCES
+    from pretrain.data import sample
+    assert BUILTIN_SOURCES == sample.BUILTINS
+    for name in BUILTIN_SOURCES:
+        assert callable(sample.documents.__globals__[f"_{name}"])
+
+
+def test_the_launcher_only_launches():
+    """Data preparation and in-process training are the app's (pretrain/app.py start), not launch/'s."""
+    edges = imports.graph()["launch"]
+    targets = {line.split(" -> ")[1] for where in edges.values() for line in where}
+    assert "data" not in edges
+    trains = {"pretrain.engine", "pretrain.train.loop", "pretrain.train.build", "pretrain.model.builder"}
+    assert not targets & trains
