@@ -23,6 +23,7 @@ import sys
 from typing import Any, Callable, List, NoReturn, Optional
 
 import hydra._internal.utils as hydra_utils
+from hydra.errors import OverrideParseException
 
 from pretrain.config import known_keys
 
@@ -87,7 +88,6 @@ def unknown_key(causes: List[BaseException]) -> Optional[str]:
 def unparsable(causes: List[BaseException]) -> Optional[str]:
     """One line for an override Hydra's grammar cannot read, e.g. an unquoted non-ASCII path (its
     lexer stops at the first such character), with the quoting that makes it a plain string."""
-    from hydra.errors import OverrideParseException
     exc = next((c for c in causes if isinstance(c, OverrideParseException)), None)
     if exc is None:
         return None

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+# lazy imports (numpy): +~160 ms on every dry run, for one placement table
+
 ENGINES = ("auto", "pretrain", "mindformers")
 SIZES = ("dp", "tp", "pp", "cp", "ep", "vpp")
 

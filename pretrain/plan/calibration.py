@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
+from pretrain.config.layout import engine_of
 from pretrain.io import write_atomic
 
 CALIBRATION_DIR = "calibration"
@@ -243,7 +244,6 @@ def load(cfg: Any) -> Optional[Calibration]:
 def _engine_tag(cfg: Any) -> str:
     """What a shape key ends with for cfg's engine: "" for our loop (the keys before engines were
     told apart are all its), "-mindformers" for MindFormers' trainer."""
-    from pretrain.config.layout import engine_of
     return ENGINE_TAG if engine_of(cfg) == "mindformers" else ""
 
 

@@ -11,6 +11,13 @@ from typing import Any, List, Tuple
 
 from omegaconf import OmegaConf
 
+from pretrain.config import schema
+from pretrain.config.compose import config_dir
+from pretrain.config.layout import grad_reduce_size, world_size
+from pretrain.config.resolved import ResolvedRun
+from pretrain.config.validate import RECOMPUTE, layout_problems, num_devices, training_problems
+from pretrain.plan.planner import plan
+
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -28,7 +35,6 @@ class Suggestion:
 
 
 def parallel_options() -> List[Path]:
-    from pretrain.config.compose import config_dir
     return sorted((Path(config_dir()) / "parallel").glob("*.yaml"))
 
 
@@ -46,11 +52,6 @@ def _resolved_but_parallel(cfg: Any) -> Any:
 
 
 def fitting_layouts(cfg: Any, limit: int = 3) -> List[Suggestion]:
-    from pretrain.config import schema
-    from pretrain.config.layout import grad_reduce_size, world_size
-    from pretrain.config.validate import RECOMPUTE, layout_problems, num_devices, training_problems
-    from pretrain.config.resolved import ResolvedRun
-    from pretrain.plan.planner import plan
 
     devices = num_devices(cfg.hardware)
     work = _resolved_but_parallel(cfg)

@@ -39,6 +39,8 @@ from pretrain.config.errors import PretrainConfigError, PretrainRunError
 from pretrain.io import fsync_path, write_atomic
 from pretrain.resilience.events import EventLog
 
+# lazy imports (mindspore): by design, its 3-10 s import stays out of planning, status and dry runs
+
 log = logging.getLogger(__name__)
 
 WEIGHTS = "weights.safetensors"

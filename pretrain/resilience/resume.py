@@ -20,6 +20,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from omegaconf import OmegaConf
+
+from pretrain.config.branch import base_command, branches_from
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.frozen import flatten
 from pretrain.config.resolved import ResolvedRun
@@ -171,9 +174,7 @@ def start_point(
     """Where this run continues from, and the config changes it makes to its own checkpoint's run
     (each allowed by resume.RESUMABLE; any other raises). Run by the launcher before it replaces
     run_dir/config.yaml, and again by every rank, which may read a config.yaml edited since."""
-    from omegaconf import OmegaConf
 
-    from pretrain.config.branch import base_command, branches_from
 
     cfg, names = run.cfg, list(run.phase_names)
     # a later phase alone with no checkpoint of its own branches from train.init_from
@@ -189,7 +190,6 @@ def start_point(
 def check_branch(run: ResolvedRun) -> None:
     """Before data preparation and msrun: a branch with no checkpoint of its own must find the one
     it starts from, of this model (one line, exit 2, naming the run to train first)."""
-    from pretrain.config.branch import base_command, branches_from
 
     cfg, names = run.cfg, list(run.phase_names)
     previous, own = branches_from(names), Path(cfg.run_dir) / "checkpoints"

@@ -28,6 +28,7 @@ from typing import Any, Dict, Optional, Union
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.resilience import require, watchdog_problems
+from pretrain.io import write_atomic
 from pretrain.resilience.events import EventLog
 
 HANG_EXIT_CODE = 75
@@ -175,7 +176,6 @@ class Watchdog:
         path = os.environ.get(STATUS_ENV)
         if not path:
             return
-        from pretrain.io import write_atomic
         try:
             write_atomic(Path(path), json.dumps({"rank": int(os.environ.get("RANK_ID", "0")),
                                                  "exit": self.exit_code, "error": message.split(";")[0]}))

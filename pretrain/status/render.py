@@ -4,6 +4,8 @@ from typing import Any, Dict, List, Optional
 
 from pretrain.resilience.goodput import CAUSES, duration
 
+# lazy imports (matplotlib): by design; only --plot draws
+
 
 def _f(value: Optional[float], fmt: str = "{:.3f}") -> str:
     return "-" if value is None else fmt.format(value)

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import yaml
+
 from pretrain.config.errors import PretrainRunError
 from pretrain.resilience import goodput as gp
 from pretrain.resilience.checkpoint import MANIFEST, QUARANTINE, published, sizes_match, verify
@@ -273,7 +275,6 @@ def _verdict(out: Dict[str, Any], events: List[Dict[str, Any]], last: Optional[D
 
 # ------------------------------------------------------------------ files
 def _yaml(path: Path) -> Dict[str, Any]:
-    import yaml
 
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8")) or {}

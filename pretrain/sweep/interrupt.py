@@ -21,6 +21,9 @@ from typing import Any, Dict, List, NoReturn, Optional
 
 from omegaconf import DictConfig
 
+# lazy imports (hydra): guarded, as its basic sweeper is Hydra's private API; the count is never worth
+# failing a sweep
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 

@@ -21,6 +21,8 @@ from omegaconf import DictConfig
 from pretrain.io import write_atomic
 from pretrain.sweep import interrupt
 
+# lazy imports (matplotlib): by design; only the sweep's plot draws
+
 COLUMNS = ["job", "label", "status", "engine", "peak_gb", "measured_gb", "capacity_gb", "weights_gb",
            "grads_gb", "optimizer_gb", "activations_gb", "bubble", "step_s", "measured_step_s", "tokens_per_s",
            "measured_tokens_per_s", "mfu", "total_days", "val_loss", "reason", "overrides"]
