@@ -18,6 +18,9 @@ from omegaconf import DictConfig
 
 from pretrain.config import cli_errors
 from pretrain.config.compose import compose, config_dir, setup
+from pretrain.config.errors import PretrainConfigError, PretrainDataError
+from pretrain.data.manifest import summary_table
+from pretrain.data.prepare import prepare
 
 # Preparing data writes only into data.cache_dir: no Hydra run directory, .hydra/ or job log.
 _HYDRA_QUIET = ["hydra.output_subdir=null", "hydra.run.dir=.", "hydra/job_logging=none",
@@ -33,9 +36,6 @@ def _app(cfg: DictConfig) -> None:
 
 
 def _prepare(cfg: DictConfig) -> None:
-    from pretrain.config.errors import PretrainConfigError, PretrainDataError
-    from pretrain.data.manifest import summary_table
-    from pretrain.data.prepare import prepare
     try:
         prepared = prepare(cfg.data)
     except (PretrainDataError, PretrainConfigError) as exc:

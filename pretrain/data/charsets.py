@@ -24,6 +24,8 @@ from typing import Dict, List, Optional, Tuple
 
 from pretrain.config.errors import PretrainDataError
 
+# lazy imports (charset_normalizer): optional; without it the refusal only lacks its guess
+
 MARK = "pretrain-mark"                    # the error handler that turns undecodable bytes into marks
 _MARKS = re.compile("[\udc00-\udcff]")
 _NON_ASCII = re.compile("[^\x00-\x7f]")

@@ -23,6 +23,9 @@ from pretrain.config.errors import PretrainDataError
 from pretrain.data import lsh_default
 from pretrain.data.hashing import Words, dedup_view
 
+# lazy imports (datasketch, pretrain.data.fasthash): datasketch +~1.4 s (scipy), the compiled hashes
+# +~0.4 s (numba), on every import of the data package; only near-duplicate work loads them
+
 _SEED = 1
 _SLICE = 4096
 

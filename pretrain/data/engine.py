@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence
 
 from pretrain.config.errors import PretrainDataError
+from pretrain.data.pool import make_pool, ordered_map
 
+# lazy imports (mindspore, ray): by design, in the order the docstring gives
 
 
 def _noop() -> None:
@@ -35,7 +37,6 @@ class LocalEngine:
 
     def map(self, fn: Callable, tasks: Sequence) -> Iterator:
         """Results in task order; a single task runs in this process (no worker start-up for it)."""
-        from pretrain.data.pool import make_pool, ordered_map
         if self.workers <= 1 or len(tasks) <= 1:
             yield from map(fn, tasks)
             return

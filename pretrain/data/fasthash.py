@@ -9,10 +9,12 @@ near dedup cost as much CPU as tokenizing the same text.
 
 Compiled on first use in a process (cached on disk by numba, so later processes only load it).
 """
+import re
+
 import numpy as np
 from numba import njit
 
-from pretrain.data.hashing import Words, dedup_view
+from pretrain.data.hashing import UNSPACED, Words, dedup_view
 
 _POLY = np.uint32(0xEDB88320)
 
@@ -35,7 +37,6 @@ def _lower_table() -> np.ndarray:
     its lower-case code point when that is a \\w character, -1 when it is not one (a separator), -2
     when lowering is not one code point to one or depends on context (final sigma; surrogates):
     such a document takes the Python path."""
-    import re
     word = re.compile(r"\w")
     table = np.full(0x10000, -1, np.int32)
     for cp in range(0x10000):
@@ -51,7 +52,6 @@ def _lower_table() -> np.ndarray:
 def _alone_table() -> np.ndarray:
     """For each code point of the basic multilingual plane, whether it is of a script written
     without spaces (hashing.UNSPACED): a shingle unit alone."""
-    from pretrain.data.hashing import UNSPACED
     table = np.zeros(0x10000, np.uint8)
     for lo, hi in UNSPACED:
         table[lo:min(hi + 1, 0x10000)] = 1

@@ -23,6 +23,8 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
+# lazy imports (mindspore): by design; a data worker loads only the MindRecord extension (see above)
+
 _NAME = "mindspore._c_mindrecord"
 
 

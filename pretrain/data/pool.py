@@ -13,6 +13,7 @@ the parent leaves no orphans computing for minutes).
 import ctypes
 import itertools
 import multiprocessing as mp
+import os
 import signal
 import sys
 from collections import deque
@@ -27,7 +28,6 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _worker_init(parent: int, initializer: Callable[..., None], initargs: Sequence) -> None:
-    import os
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})   # blocked since the spawn, see below
     if sys.platform.startswith("linux"):
@@ -76,7 +76,6 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 def make_pool(workers: int, initializer: Callable[..., None], initargs: Sequence = ()) -> ProcessPoolExecutor:
     """`workers` processes for ordered_map, to reuse across several maps (pass it as `pool`)."""
-    import os
     # spawn, not fork: the parent may already hold mindspore's threads, which fork would break.
     # An executor (unlike mp.Pool) fails loudly if a worker dies instead of respawning it forever.
     return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,

@@ -33,8 +33,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config.errors import PretrainDataError
 from pretrain.config.validate import check_data_config
-from pretrain.data import clean as clean_rules, tokenizer as tokenizers
+from pretrain.data import clean as clean_rules, sample, stages, tokenizer as tokenizers
 from pretrain.data.charsets import warnings
+from pretrain.data.docstore import DocStore
+from pretrain.data.engine import make_engine
 from pretrain.data.fsutil import building, sweep_stale, temp_dir_for, write_json_atomic
 from pretrain.data.hashing import UNSPACED, content_fingerprint, digest, file_sha256
 from pretrain.data.interrupt import stop_on_signals
@@ -123,7 +125,6 @@ class _LazyEngine:
     def get(self, what: str = "a data stage"):
         self.require(what)
         if self._engine is None:
-            from pretrain.data.engine import make_engine
             self._engine = make_engine(self.cfg)
         return self._engine
 
@@ -261,7 +262,6 @@ def _damaged_dataset(final: Path) -> Optional[str]:
 
 
 def _plan(name: str, src, cfg) -> _Source:
-    from pretrain.data import sample
     files = resolve_files(name, list(src.paths)) if src.paths else []
     inputs = {"files": content_fingerprint(files),
               "builtin": sample.fingerprint(src.builtin) if src.builtin else None}
@@ -279,7 +279,6 @@ def _plan(name: str, src, cfg) -> _Source:
 
 def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEngine) -> Tuple[Path, Dict]:
     """The source's document store, ingesting it unless cached; (dir, counts)."""
-    from pretrain.data.stages import clean_store
     final = cache / "clean" / f"{src.name}-{src.clean_key[:16]}"
     if final.is_dir():
         why = _damaged_store(final)
@@ -291,7 +290,7 @@ def _clean_store(src: _Source, cfg, cache: Path, progress: bool, engine: _LazyEn
     run_on = engine.get(f"documents {final}")
     try:
         with building(final) as tmp:
-            stats = clean_store(src, cfg, tmp, work, run_on, _plain)
+            stats = stages.clean_store(src, cfg, tmp, work, run_on, _plain)
             write_json_atomic(tmp / "stats.json", stats)
         for line in warnings(src.name, stats["undecodable"]) if "undecodable" in stats else ():
             print(line, file=sys.stderr, flush=True)
@@ -331,7 +330,6 @@ def _tokenizer(cfg, sources: List[_Source], cache: Path, progress: bool, engine:
             return final / "tokenizer.model"
         engine.require(f"{final} (damaged: {why})")
         _discard(final, why)
-    from pretrain.data.docstore import DocStore
     engine.require(f"tokenizer {final}")
     stores = [(_clean_store(s, cfg, cache, progress, engine)) for s in sources]
     docs = sum(st["train"] for _, st in stores)
@@ -389,10 +387,9 @@ def _dataset(src: _Source, tok_path: Path, cfg, cache: Path, progress: bool, eng
 
 
 def _build_dataset(src, store_dir, tok_path, tok, docs, clean_s, key, key_parts, cfg, final, work, engine):
-    from pretrain.data.stages import build_dataset
     t0 = time.time()
     with building(final) as tmp:
-        splits = build_dataset(store_dir, tok_path, tok, cfg, tmp, work, engine.get(f"dataset {final}"))
+        splits = stages.build_dataset(store_dir, tok_path, tok, cfg, tmp, work, engine.get(f"dataset {final}"))
         manifest = {
             "format": 1, "name": src.name, "seq_length": cfg.seq_length, "num_shards": cfg.num_shards,
             "packing": cfg.packing, "layout": LAYOUT,

@@ -3,12 +3,22 @@
 `python -m pretrain.bench.recall` measures and prints (its docstring says how a pair counts as found)."""
 import json
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Dict, List, Sequence, Set
 
+from pretrain.config.compose import compose
 from pretrain.data import corpora
+from pretrain.data.clean import Cleaner
+from pretrain.data.docstore import DocStore
+from pretrain.data.engine import LocalEngine
+from pretrain.data.hashing import dedup_view, dedup_words
+from pretrain.data.prepare import _plain
+from pretrain.data.stages import clean_store
+
+# lazy imports (datasketch): +~1.4 s (scipy); only the recall measurement loads it
 
 BANDS = ((0.9, 1.01, ">= 0.9"), (0.8, 0.9, "0.8-0.9"), (0.7, 0.8, "0.7-0.8"), (0.6, 0.7, "0.6-0.7"),
          (0.0, 0.6, "< 0.6"))
@@ -16,7 +26,6 @@ BANDS = ((0.9, 1.01, ">= 0.9"), (0.8, 0.9, "0.8-0.9"), (0.7, 0.8, "0.7-0.8"), (0
 
 def shingle_set(text: str, n: int) -> Set[bytes]:
     """The document's shingles as the dedup stages hash them (before hashing): bytes of n units."""
-    from pretrain.data.hashing import dedup_view
     words = dedup_view(text)
     count = max(1, len(words) - n + 1)
     if not len(words):
@@ -27,7 +36,6 @@ def shingle_set(text: str, n: int) -> Set[bytes]:
 
 def word_shingle_set(text: str, n: int) -> Set[bytes]:
     """Shingles of n \\w+ words, whatever the script (the stages' shingles before units)."""
-    from pretrain.data.hashing import dedup_words
     words = dedup_words(text)
     return {" ".join(words[k:k + n]).encode() for k in range(max(1, len(words) - n + 1))}
 
@@ -58,12 +66,6 @@ class KindResult:
 def pipeline_kept(docs: Sequence[str], dedup: Dict, workers: int, tmp: Path) -> List[bool]:
     """Which documents the data pipeline's clean and dedup stages keep (a real run of the stages on a
     .jsonl of the documents; held-out documents count as kept)."""
-    from pretrain.config.compose import compose
-    from pretrain.data.clean import Cleaner
-    from pretrain.data.docstore import DocStore
-    from pretrain.data.engine import LocalEngine
-    from pretrain.data.prepare import _plain
-    from pretrain.data.stages import clean_store
     path = tmp / "docs.jsonl"
     with open(path, "w") as f:
         for text in docs:
@@ -85,7 +87,6 @@ def pipeline_kept(docs: Sequence[str], dedup: Dict, workers: int, tmp: Path) -> 
 def datasketch_found(docs: Sequence[str], pairs, dedup: Dict, shingles: Callable = shingle_set) -> List[bool]:
     """For each pair: whether datasketch's MinHashLSH, holding every document, returns the original
     when queried with the copy."""
-    import zlib
 
     from datasketch import MinHash, MinHashLSH
     lsh = MinHashLSH(threshold=dedup["threshold"], num_perm=dedup["num_perm"])

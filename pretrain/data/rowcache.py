@@ -37,6 +37,8 @@ import numpy as np
 from pretrain.config.errors import PretrainDataError
 from pretrain.data.fsutil import save_npy_atomic, temp_dir_for, write_json_atomic
 from pretrain.data.hashing import file_sha256
+from pretrain.data.mindrecord_file import write_index
+from pretrain.data.shards import read_shard
 
 PARTS = {"ids": np.dtype(np.int32), "seg_lens": np.dtype(np.int32), "seg_off": np.dtype(np.int64)}
 FORMAT = 1
@@ -174,7 +176,6 @@ class ShardRows:
         """Read the verified shard and write the cache, then its checksums (so a cache whose writing
         was cut short has none and is rebuilt). Files are replaced whole: a process that mapped the
         old ones keeps reading them."""
-        from pretrain.data.shards import read_shard
         _check_shard(self.path, self.sha256)
         if self.index_sha256:
             _check_index(self.path, self.index_sha256)
@@ -229,7 +230,6 @@ def _check_index(path: Path, sha256: str) -> None:
     """The shard's .db index (what MindDataset reads the shard through) as its manifest recorded it:
     a damaged or missing one is built again from the verified shard, in a temp directory, and put in
     place only once its checksum matches."""
-    from pretrain.data.mindrecord_file import write_index
     index = Path(f"{path}.db")
     try:
         if file_sha256(index) == sha256:

@@ -33,6 +33,8 @@ from pretrain.data import chinese
 from pretrain.data.hashing import file_sha256, stable_int
 from pretrain.data.documents import Doc
 
+# lazy imports (pydoc_data): optional; some distributions strip it
+
 BUILTINS = ("general", "reasoning", "anneal")
 # Characters per source: enough for the tiny model's ~600k-token curriculum without repeats,
 # small enough to prepare in well under a minute on two cores.

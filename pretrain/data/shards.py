@@ -22,6 +22,8 @@ from pretrain.data.hashing import file_sha256
 from pretrain.data.mindrecord_file import CoreFile
 from pretrain.data.pack import ConcatPacker, Docs, Rows, pack_best_fit
 
+# lazy imports (mindspore): by design (3-10 s); data workers do not import it
+
 SCHEMA = {"input_ids": {"type": "int32", "shape": [-1]}, "seg_lens": {"type": "int32", "shape": [-1]}}
 COLUMNS = list(SCHEMA)
 DESCRIPTION = "packed token rows: input_ids[seq_length+1], seg_lens[documents in row]"

@@ -31,10 +31,12 @@ import zstandard
 
 from pretrain.config import paths as config_paths
 from pretrain.config.errors import PretrainDataError
-from pretrain.data import charsets
+from pretrain.data import charsets, sample
 from pretrain.data.charsets import Charset, Decoding
 from pretrain.data.documents import Doc, Drop, Item
 from pretrain.data.hashing import piece_key
+
+# lazy imports (pyarrow): +~250 ms; only a Parquet source loads it
 
 FORMATS = (".txt", ".jsonl", ".parquet")
 COMPRESSIONS = ("", ".gz", ".zst")
@@ -165,7 +167,6 @@ def source_items(files: List[Path], builtin: Optional[str], text_field: str, max
                  scratch: Optional[Path] = None, decoding: Decoding = Decoding()) -> Iterator[Item]:
     """A source's documents and drops: its builtin documents (pretrain.data.sample), then its files'."""
     if builtin:
-        from pretrain.data import sample
         yield from sample.documents(builtin)
     if files:
         yield from read_documents(files, text_field, max_chars, scratch, decoding)

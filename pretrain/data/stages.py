@@ -44,7 +44,19 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from pretrain.data.charsets import Decoding, Undecodable, summary
+from pretrain.data.clean import Cleaner
+from pretrain.data.dedup import MinHasher, band_keys, check_settings, lsh_params
+from pretrain.data.docstore import DocStore, DocStoreWriter
+from pretrain.data.encode import WordCache, _select, encode_texts
 from pretrain.data.fsutil import building, sweep_stale, write_json_atomic
+from pretrain.data.hashing import dedup_view, is_validation, joined_words, stable_int, words_digest
+from pretrain.data.pack import Docs, Rows, pack_best_fit
+from pretrain.data.shards import SplitSink, SplitStats
+from pretrain.data.sources import Drop, file_kind, read_jsonl_range, source_items, splittable
+
+# lazy imports (tqdm, sentencepiece, pretrain.data.fasthash): on every import of the data package tqdm
+# +~50-120 ms, sentencepiece +~20-130 ms, the compiled hashes +~0.4 s (numba); loaded by the stages that use them
 
 DONE = "done.json"
 EXACT_PARTS = 8            # partitions of a corpus up to PART_BYTES (the layout depends on the input
@@ -221,12 +233,6 @@ def read_split(t: ReadTask) -> Dict:
 
 
 def _read_split(t: ReadTask, tmp: Path) -> Dict:
-    from pretrain.data.charsets import Decoding, Undecodable
-    from pretrain.data.clean import Cleaner
-    from pretrain.data.dedup import MinHasher, band_keys
-    from pretrain.data.docstore import DocStoreWriter
-    from pretrain.data.hashing import dedup_view, is_validation, joined_words, words_digest
-    from pretrain.data.sources import Drop, source_items
     clean, dedup = t.clean, t.dedup
     if t.compiled:
         from pretrain.data.fasthash import words_of
@@ -253,7 +259,6 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     seen = split_docs = extra = 0
     decoding = Decoding(t.source, t.encoding)
     if t.byte_range:
-        from pretrain.data.sources import read_jsonl_range
         items = read_jsonl_range(Path(t.files[0]), *t.byte_range, t.text_field, clean["max_chars"], decoding)
     else:
         items = source_items([Path(f) for f in t.files], t.builtin, t.text_field, clean["max_chars"],
@@ -487,7 +492,6 @@ def _splits(files: List[Path], builtin: Optional[str], decoding=None) -> List[tu
     work of 50,000 files of 300 bytes). Document order (and so which copy of a duplicate stays) is
     the input order whatever the splits; the splits depend on the input files only (and a large
     .jsonl file's charset: UTF-16 lines cannot be found in byte ranges), never on the engine."""
-    from pretrain.data.sources import file_kind, splittable
     out = [([], builtin, None)] if builtin else []
     sizes = [f.stat().st_size if f.is_file() else 0 for f in files]
     split = min(SPLIT_BYTES, max(MIN_SPLIT_BYTES, sum(sizes) // READ_TASKS))
@@ -511,14 +515,10 @@ def _splits(files: List[Path], builtin: Optional[str], decoding=None) -> List[tu
 
 def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dict:
     """Build the source's document store (DocStore layout) in `out` from its splits; its stats."""
-    from types import SimpleNamespace as NS
 
-    from pretrain.data.charsets import Decoding, summary
-    from pretrain.data.clean import Cleaner
-    from pretrain.data.dedup import check_settings, lsh_params
     t0 = time.time()
     clean, dedup = plain(cfg.clean), plain(cfg.dedup)
-    Cleaner(NS(**clean))            # a bad setting fails here, once, not inside every task
+    Cleaner(SimpleNamespace(**clean))   # a bad setting fails here, once, not inside every task
     check_settings(dedup)
     decoding = Decoding(getattr(src, "name", ""), getattr(src, "encoding", None))
     splits = _splits(src.files, src.builtin, decoding)
@@ -606,7 +606,6 @@ def tokenize_chunk(t: TokenizeTask) -> Dict:
 
 def shard_of(texts: Sequence[str], num_shards: int) -> np.ndarray:
     """The output shard of each training document: a hash of its text."""
-    from pretrain.data.hashing import stable_int
     if num_shards == 1:
         return np.zeros(len(texts), np.int64)
     return np.fromiter((stable_int(t.encode(), 32) % num_shards for t in texts), np.int64, count=len(texts))
@@ -615,9 +614,6 @@ def shard_of(texts: Sequence[str], num_shards: int) -> np.ndarray:
 def _tokenize_chunk(t: TokenizeTask, tmp: Path) -> Dict:
     import sentencepiece as spm
 
-    from pretrain.data.docstore import DocStore
-    from pretrain.data.encode import WordCache, _select, encode_texts
-    from pretrain.data.pack import pack_best_fit
     sp = _cached(("sp", t.model), lambda: spm.SentencePieceProcessor(model_file=t.model))
     words = _cached(("words", t.model), lambda: WordCache(sp) if WordCache.fits(sp) else None)
     store = _cached(("store", t.store), lambda: DocStore(Path(t.store)))
@@ -683,8 +679,6 @@ def write_shard(t: ShardTask) -> Dict:
 
 
 def _write_shard(t: ShardTask, tmp: Path) -> Dict:
-    from pretrain.data.pack import Docs, Rows
-    from pretrain.data.shards import SplitSink
     written = []
     for part in t.parts:
         sink = SplitSink(tmp, part.split, part.count, t.capacity, t.pad_id, t.method, part.expected_bytes,
@@ -708,8 +702,6 @@ def _write_shard(t: ShardTask, tmp: Path) -> Dict:
 
 def build_dataset(store_dir: Path, tok_path: Path, tok: Dict, cfg, out: Path, work: Path, engine) -> Dict:
     """Train and val shards of the store in `out`; per-split statistics for the manifest."""
-    from pretrain.data.docstore import DocStore
-    from pretrain.data.shards import SplitStats
     store = DocStore(store_dir)
     capacity, n = int(cfg.seq_length) + 1, int(cfg.num_shards)
     method = str(cfg.packing)
