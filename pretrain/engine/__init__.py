@@ -6,6 +6,9 @@ from typing import Any, Dict, Optional
 
 from pretrain.config.resolved import ResolvedRun
 
+# lazy imports (pretrain.engine.mindformers, pretrain.train.loop): +~300 ms and numpy each on every dry run;
+# only the engine that trains is loaded
+
 
 def train(run: ResolvedRun, phase: Optional[str] = None) -> Dict[str, Any]:
     """phase: the one phase to train (MindFormers' engine trains one phase per launch on several devices)."""

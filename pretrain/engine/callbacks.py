@@ -7,12 +7,16 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+from pretrain.engine.phases import output_dir
+from pretrain.train import ranks
+
+# lazy imports (mindspore, mindformers): by design, their 3-10 s import stays out of planning and dry runs
+
 CALLBACK_TYPE = "PretrainLossLog"
 _registered = False
 
 
 def log_path(run_dir: Path, phase: str) -> Path:
-    from pretrain.engine.phases import output_dir
 
     return output_dir(run_dir, phase) / "losses.jsonl"
 
@@ -39,7 +43,6 @@ def register() -> None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
         def on_train_step_end(self, run_context: Any) -> None:
-            from pretrain.train import ranks
 
             if not ranks.writes_run_files():
                 return

@@ -16,6 +16,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
+from omegaconf import OmegaConf
+
+from pretrain.config.errors import PretrainConfigError
+from pretrain.config.resolved import ResolvedRun
+from pretrain.data.prepare import prepare
+from pretrain.model.mindformers_config import document_attention, input_columns
+from pretrain.train.build import make_loader
+from pretrain.train.inputs import model_arrays
+
+# lazy imports (mindspore, mindformers): by design, their 3-10 s import stays out of planning and dry runs
 
 LOADER_TYPE = "PretrainShardLoader"
 _registered = False
@@ -25,21 +35,15 @@ class PhaseSamples:
     """Random-access samples of one phase for one data-parallel rank: (input_ids, labels, loss_mask)."""
 
     def __init__(self, run_dir: str, phase: str, shard_id: int, num_shards: int) -> None:
-        from omegaconf import OmegaConf
 
-        from pretrain.config.resolved import ResolvedRun
-        from pretrain.data.prepare import prepare
-        from pretrain.train.build import make_loader
 
         run = ResolvedRun.of(OmegaConf.load(Path(run_dir) / "config.yaml"))
         cfg, ph = run.cfg, run.phase(phase)
         if ph is None:
-            from pretrain.config.errors import PretrainConfigError
 
             raise PretrainConfigError(
                 f"phase {phase!r} is not a phase of the run in {run_dir} ({', '.join(run.phase_names)})"
             )
-        from pretrain.model.mindformers_config import document_attention, input_columns
 
         prepared = prepare(cfg.data, progress=False)  # ready in the cache: only reads the manifests
         self.loader = make_loader(run, prepared, ph, "train", int(shard_id), int(num_shards))
@@ -54,7 +58,6 @@ class PhaseSamples:
     def __getitem__(self, k: int) -> Tuple[np.ndarray, ...]:
         """Row k's model inputs, the columns of input_columns(cfg) in order (with the document
         attention of data.document_mask, as our loop feeds them: pretrain/train/inputs.py)."""
-        from pretrain.train.inputs import model_arrays
 
         step, j = divmod(int(k), self.per_step)
         if step != self._step:
@@ -80,7 +83,6 @@ def build(
     source = PhaseSamples(run_dir, phase, shard_id or 0, num_shards or 1)
     names = list(column_names)
     if names != source.columns:
-        from pretrain.config.errors import PretrainConfigError
 
         raise PretrainConfigError(
             f"train_dataset.input_columns={names}: {LOADER_TYPE} yields {', '.join(source.columns)} for "

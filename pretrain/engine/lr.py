@@ -18,6 +18,8 @@ from typing import Any, Dict
 
 from pretrain.train.schedule import PhaseLR
 
+# lazy imports (mindspore, mindformers): by design, their 3-10 s import stays out of planning and dry runs
+
 LR_TYPE = "PretrainPhaseLR"
 _registered = False
 

@@ -11,7 +11,9 @@ which dispatch on the resolved run's engine (the layout decides: config/layout.p
 """
 
 import json
+import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,14 +24,21 @@ from typing import Any, Dict, List, Optional, Tuple
 from omegaconf import OmegaConf
 
 from pretrain.config import validate
-from pretrain.config.errors import PretrainRunError
+from pretrain.config.errors import USER_ERRORS, PretrainRunError
 from pretrain.config.resolved import ResolvedRun
-from pretrain.engine import phases as engine_phases
+from pretrain.engine import callbacks, dataset, lr, phases as engine_phases
+from pretrain.engine.callbacks import read_log
+from pretrain.io import write_atomic
+from pretrain.model import cpu_compat, sandwich
+from pretrain.model.builder import prepare_environment
+from pretrain.plan.measured import plan_of, record_calibration
+from pretrain.train import ranks
+from pretrain.train.measure import calibration_peak_gb
+
+# lazy imports (mindspore, mindformers): by design, their 3-10 s import stays out of planning and dry runs
 
 
 def register_all() -> None:
-    from pretrain.engine import callbacks, dataset, lr
-    from pretrain.model import sandwich
 
     lr.register()
     dataset.register()
@@ -82,8 +91,6 @@ RESUME_KEYS = ("loss_scale", "epoch_num", "step_num", "global_batch_size")
 def complete_checkpoint_dir(ckpt_dir: Path, run_dir: Path, phase: str) -> Path:
     """RUN_DIR/mindformers/<phase>/resume/: the newest checkpoint of ckpt_dir (a hard link) and
     hyper_param.safetensors holding its resume context, replaced atomically."""
-    import os
-    import shutil
 
     import mindspore as ms
 
@@ -146,7 +153,6 @@ def steps_lost(run: ResolvedRun) -> Tuple[Optional[int], Optional[int]]:
     """(last step the phase in progress logged, the step its restart resumes from), in the phase's
     own steps (PretrainLossLog's): the steps between them train again. (None, None) when every
     phase is finished."""
-    from pretrain.engine.callbacks import read_log
 
     run_dir = run.run_dir.resolve()
     todo = unfinished(run)
@@ -169,11 +175,9 @@ def run_phase(run: ResolvedRun, phase: str) -> Dict[str, Any]:
             cb["first_step"] = resumed_at
     build_context(config)
     if cfg.hardware.device == "cpu":
-        from pretrain.model import cpu_compat
 
         cpu_compat.apply()
     register_all()
-    from pretrain.engine.callbacks import read_log
 
     earlier = len(read_log(run_dir, phase))  # rows of earlier starts (a killed one's last steps too)
     started = time.perf_counter()
@@ -184,11 +188,8 @@ def run_phase(run: ResolvedRun, phase: str) -> Dict[str, Any]:
     # after the first step (graph compilation), like our loop's Throughput
     timed = log[-1]["time"] - log[0]["time"] if len(log) > 1 else 0.0
     step_times = [b["time"] - a["time"] for a, b in zip(log, log[1:])]
-    from pretrain.train import ranks
 
     if step_times and ranks.writes_run_files():   # this hardware's calibration point for MindFormers' step
-        from pretrain.plan.measured import plan_of, record_calibration
-        from pretrain.train.measure import calibration_peak_gb
 
         record_calibration(run, plan_of(run), statistics.median(step_times), calibration_peak_gb(cfg))
     return {
@@ -204,7 +205,6 @@ def run_phase(run: ResolvedRun, phase: str) -> Dict[str, Any]:
 
 def run(resolved: ResolvedRun, only: Optional[str] = None) -> Dict[str, Any]:
     """Train the run's phases (or one) with MindFormers' trainer; the summary our launchers read."""
-    from pretrain.model.builder import prepare_environment
 
     cfg, run_dir = resolved.cfg, resolved.run_dir.resolve()
     prepare_environment(str(run_dir))
@@ -236,10 +236,8 @@ def run(resolved: ResolvedRun, only: Optional[str] = None) -> Dict[str, Any]:
     elif todo:
         results.append(run_phase(resolved, todo[0]))
     summary = {"run_dir": str(run_dir), "engine": "mindformers", "phases": results}
-    from pretrain.train import ranks
 
     if ranks.writes_run_files():
-        from pretrain.io import write_atomic
 
         write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     summary["rank_evidence"] = {"loss_last": results[-1]["loss_last"] if results else None}
@@ -257,7 +255,6 @@ def main(argv=None) -> int:
         return 2
     cfg = OmegaConf.load(Path(args[0]) / "config.yaml")
     cfg.run_dir = str(Path(args[0]).resolve())
-    from pretrain.config.errors import USER_ERRORS
 
     try:
         run(ResolvedRun.of(cfg), args[1] if len(args) > 1 else None)

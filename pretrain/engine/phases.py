@@ -20,11 +20,13 @@ checkpoint format) keys, read from mindformers/trainer/base_trainer.py and train
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from pretrain.config.branch import CURRICULUM, previous_phase
 from pretrain.config.layout import mindformers_checkpoint_dir, mindformers_output_dir
 from pretrain.config.resolved import ResolvedRun
 from pretrain.engine.lr import lr_block
+from pretrain.io import write_atomic
 from pretrain.model import mindformers_config as mfc
 from pretrain.train.schedule import PhaseLR, curriculum
 
@@ -53,9 +55,7 @@ def schedules(run: ResolvedRun) -> List[PhaseLR]:
 
 
 def previous_final_lr(run: ResolvedRun) -> Optional[float]:
-    from omegaconf import OmegaConf
 
-    from pretrain.config.branch import previous_phase
 
     prev = previous_phase(run.phases[0].name)
     path = yaml_path(run.run_dir, prev) if prev else None
@@ -78,9 +78,7 @@ def first_steps(run: ResolvedRun, lrs: List[PhaseLR]) -> List[int]:
 
 
 def _steps_before(run: ResolvedRun) -> int:
-    from omegaconf import OmegaConf
 
-    from pretrain.config.branch import CURRICULUM
 
     name = run.phases[0].name
     if name not in CURRICULUM:
@@ -99,7 +97,6 @@ def export_phases(run: ResolvedRun, pad_token_id: int = 0) -> Dict[str, Dict[str
     lrs = schedules(run)
     starts = first_steps(run, lrs)
     out: Dict[str, Dict[str, Any]] = {}
-    from pretrain.config.branch import previous_phase
 
     for i, (phase, lr, first) in enumerate(zip(plist, lrs, starts)):
         name = phase.name
@@ -146,7 +143,6 @@ def resilience(cfg: DictConfig, y: Dict[str, Any]) -> None:
 
 
 def write_phases(run: ResolvedRun, pad_token_id: int = 0) -> List[Path]:
-    from pretrain.io import write_atomic
 
     written = []
     for name, y in export_phases(run, pad_token_id).items():

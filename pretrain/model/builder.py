@@ -8,13 +8,16 @@ in cpu_compat.py go in first; on Ascend nothing is replaced.
 import contextlib
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig
 
 from pretrain.config import validate
-from pretrain.model import mindformers_config
+from pretrain.model import cpu_compat, mindformers_config, moe_load, sandwich
+
+# lazy imports (mindformers): by design, its 3-10 s import stays out of planning and dry runs
 
 
 def prepare_environment(run_dir: Optional[str] = None) -> None:
@@ -32,7 +35,6 @@ def import_mindformers_quietly() -> None:
     tables of ignored Hugging Face keys (WARNING). So the import writes into
     run_dir/mindformers_output/import.log, and afterwards the console handler goes back to the real
     stdout at ERROR; the full log stays in run_dir/mindformers_output/log/."""
-    import sys
 
     console = sys.__stdout__   # not a sweep job's redirected stdout, which closes with the job
     log_dir = os.environ.get("LOCAL_DEFAULT_PATH")   # the run dir's (prepare_environment); else nowhere
@@ -70,7 +72,6 @@ def init_runtime(cfg: DictConfig) -> None:
         }
     )
     if cfg.hardware.device == "cpu":
-        from pretrain.model import cpu_compat
 
         cpu_compat.apply()
 
@@ -82,7 +83,6 @@ def build_model(cfg: DictConfig, pad_token_id: int = 0) -> Any:
     block = mindformers_config.model_config(cfg, pad_token_id=pad_token_id)
     net = build_from_block(block, parallel_default_args(cfg))
     if not mindformers_config.is_semi_auto(cfg):   # our loop's data parallel: each rank sees its own tokens
-        from pretrain.model import moe_load
 
         moe_load.localize_routers(net)
     net.set_train(True)
@@ -110,7 +110,6 @@ def build_from_block(block: Dict[str, Any], default_args: Optional[Dict[str, Any
     from mindformers.models.build_model import build_network
     from mindformers.tools.register import MindFormerConfig
 
-    from pretrain.model import sandwich
 
     sandwich.register()   # the block may name our DSSN class (mindformers_config.model_class)
 

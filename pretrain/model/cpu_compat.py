@@ -39,7 +39,11 @@ The module refuses to patch a mindformers version it was not written for: the pr
 rebinds may have moved, and a silent half-patch would fail later with an unreadable graph error.
 """
 
+import numpy as np
+
 from pretrain.config.errors import PretrainRunError
+
+# lazy imports (mindspore, mindformers): by design, their 3-10 s import stays out of planning and dry runs
 
 SUPPORTED_MINDFORMERS = ("1.9.0",)
 
@@ -146,7 +150,6 @@ def _replacements():
         def construct(self, x, k, dim=-1, largest=True, sorted=True):
             return ops.topk(x, k, dim, largest, sorted)
 
-    import numpy as np
     from mindspore import Parameter, Tensor
     from mindformers.parallel_core.training_graph.transformer.moe.ffn import FFNGroupedGEMM
 

@@ -12,6 +12,10 @@ On Ascend MindFormers' grouped-GEMM experts keep no such buffer and the metrics 
 
 from typing import Any, Dict, List
 
+import numpy as np
+
+# lazy imports (mindspore): by design, its 3-10 s import stays out of planning and dry runs
+
 
 def localize_routers(net: Any) -> int:
     """Our loop runs data parallel as MindSpore's DATA_PARALLEL mode: each rank's graph sees its own
@@ -42,14 +46,12 @@ class ExpertLoad:
 
     def reset(self) -> None:
         import mindspore as ms
-        import numpy as np
 
         for buf in self.buffers:   # in place: the compiled graph keeps the buffer it was built with
             buf.copy_(ms.Tensor(np.zeros(buf.shape, np.float32)))
 
     def tokens_per_expert(self) -> List[List[float]]:
         """Per MoE layer, the tokens routed to each expert in this step, over all ranks."""
-        import numpy as np
 
         counts = np.stack([buf.asnumpy() for buf in self.buffers]) if self.buffers else np.zeros((0, 0))
         if self.data_parallel > 1 and self.buffers:

@@ -26,6 +26,9 @@ wherever a model is built (pretrain.model.builder, pretrain.engine.mindformers).
 import math
 
 from pretrain.model.mindformers_config import SANDWICH_ARCHITECTURE as ARCHITECTURE
+
+# lazy imports (mindspore, mindformers): by design, their 3-10 s import stays out of planning and dry runs
+
 # Pangu Ultra §2.2: "c_attn and c_mlp are set as the initial output standard deviations of the
 # attention layer and FFN layer ... For Pangu Ultra, we set c_attn to 0.283 and c_mlp to 0.432."
 C_ATTN = 0.283

@@ -8,7 +8,10 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from pretrain.config.errors import PretrainDataError
 from pretrain.config.resolved import ResolvedPhase, ResolvedRun
+from pretrain.data.loader import BatchLoader
+from pretrain.data.tokenizer import load
 from pretrain.io import write_atomic
 from pretrain.model import builder, mindformers_config
 from pretrain.plan.planner import flops_per_token, model_shape
@@ -20,10 +23,12 @@ from pretrain.train import ranks
 from pretrain.train.metrics import MetricsWriter
 from pretrain.train.trainer import PhasePlan, Throughput, Trainer
 
+# lazy imports (mindspore, pretrain.train.step): by design; step.py imports mindspore (3-10 s) at its top
+
+
 def pad_token_id(tokenizer_path: str) -> int:
     """The tokenizer's padding id, -1 when it has none (then no token is masked out as padding;
     the loader's loss mask still excludes padded positions)."""
-    from pretrain.data.tokenizer import load
 
     return int(load(Path(tokenizer_path)).pad_id())
 
@@ -84,7 +89,6 @@ def val_loader(run: ResolvedRun, prepared: Dict[str, Any], phase: ResolvedPhase,
     what = (f"phase {phase.name}: {', '.join(empty)} ha{'s' if len(empty) == 1 else 've'} no validation rows "
             f"(too little data for data.val_fraction={cfg.data.val_fraction})")
     if int(cfg.train.eval_every) > 0:
-        from pretrain.config.errors import PretrainDataError
         raise PretrainDataError(f"{what}; train.eval_every={cfg.train.eval_every} asks for validation: "
                                 f"set train.eval_every=0 to train without it, or add data / raise "
                                 f"data.val_fraction")
@@ -158,7 +162,6 @@ def make_loader(
 ) -> Any:
     """The phase's loader of `split` for data-parallel rank `dp_rank` of `dp_size`: a step's rows
     (train) or one micro-batch (val) as the layout says."""
-    from pretrain.data.loader import BatchLoader
 
     per_step = run.layout.rows_per_step if split == "train" else run.layout.micro_batch_size
     return BatchLoader(

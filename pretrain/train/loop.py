@@ -18,6 +18,7 @@ from pretrain.config import validate
 from pretrain.config.layout import ParallelLayout
 from pretrain.config.resolved import ResolvedRun
 from pretrain.data.checks import check_prepared
+from pretrain.data.prepare import prepare
 from pretrain.model import builder
 from pretrain.plan.measured import plan_of, record_calibration
 from pretrain.resilience import guards
@@ -49,7 +50,6 @@ def run(resolved: ResolvedRun) -> Dict[str, Any]:
     events = EventLog(run_dir / "events.jsonl") if writes_run_files else None
     checkpoints = build.checkpoint_manager(resolved, rank, events)
     start, changes = start_point(resolved, checkpoints)
-    from pretrain.data.prepare import prepare
 
     prepared = prepare(cfg.data, progress=writes_run_files)
     check_prepared(cfg, prepared)

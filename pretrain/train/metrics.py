@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
+# lazy imports (tensorboardX, tqdm): tensorboardX +~180 ms (numpy), tqdm +~50-120 ms; loaded when a run
+# logs, not when status or a launch reads metrics
+
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 

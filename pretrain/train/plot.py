@@ -5,7 +5,10 @@ import os
 from pathlib import Path
 from typing import Union
 
+from pretrain.io import write_atomic
 from pretrain.train.metrics import phase_boundaries, read_metrics
+
+# lazy imports (matplotlib): by design; only a plot draws
 
 
 def plot_curves(metrics_path: Union[str, os.PathLike], out_png: Union[str, os.PathLike]) -> Path:
@@ -14,7 +17,6 @@ def plot_curves(metrics_path: Union[str, os.PathLike], out_png: Union[str, os.Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pretrain.io import write_atomic
 
     records = read_metrics(metrics_path)
     train = [r for r in records if r["kind"] == "train"]

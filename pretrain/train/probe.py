@@ -23,9 +23,13 @@ from omegaconf import OmegaConf
 
 from pretrain.config.errors import PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
+from pretrain.data.loader import rows_to_batch
+from pretrain.model import builder
 from pretrain.plan import calibration
 from pretrain.plan.planner import device_flops_per_step, memory_split_gb, plan
 from pretrain.train.measure import WARMUP_STEPS, peak_rss_gb
+
+# lazy imports (pretrain.train.step): by design; step.py imports mindspore (3-10 s) at its top
 
 TIMED_STEPS = 12   # their median: single steady steps here move by 10-20%
 MIN_WARMUP_S, MIN_TIMED_S = 1.0, 2.0   # and no fewer seconds: a short shape's steps are the noisiest
@@ -33,7 +37,6 @@ MIN_SEQ = 8   # below this a half-length step is all overhead: the probe times o
 
 
 def random_batch(rows: int, seq: int, vocab: int, rng: np.random.Generator) -> dict:
-    from pretrain.data.loader import rows_to_batch
 
     lens = np.array([seq // 2, seq + 1 - seq // 2])   # two documents a row, as packing makes
     return rows_to_batch([(rng.integers(1, vocab, seq + 1).astype(np.int32), lens) for _ in range(rows)], seq)
@@ -52,7 +55,6 @@ def probe(run: ResolvedRun) -> List[calibration.Point]:
             f"plan.calibrate=true probes one process; hardware={cfg.hardware.name} runs "
             f"{run.layout.world_size}: a short run records its calibration instead "
             f"(every run does), e.g. add train.total_tokens=<a few steps' tokens>")
-    from pretrain.model import builder
 
     # before MindSpore loads (it reads GLOG_v then); MindFormers' logs beside the calibration, not in ./output
     builder.prepare_environment(str(calibration.path_for(str(cfg.data.cache_dir), "probe").parent))

@@ -11,8 +11,12 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from pretrain.config.layout import ParallelLayout
 from pretrain.train.measure import WARMUP_STEPS
+
+# lazy imports (mindspore): by design, its 3-10 s import stays out of launches and dry runs
 
 MAX_ROW_DIGESTS = 4096  # rows listed one by one in the evidence; the running digest covers all
 STOP_CHECK_S = 1.0      # about how long a stop waits for the ranks' next agreed read
@@ -45,7 +49,6 @@ def all_sum(value: float, degree: int) -> float:
 def world_sum(values: Sequence[float]) -> List[float]:
     """`values` summed element-wise over the job's ranks (the world group: CPU's AllReduce only sums)."""
     import mindspore as ms
-    import numpy as np
     from mindspore import ops
 
     return [float(x) for x in ops.AllReduce()(ms.Tensor(np.array(values, np.float32))).asnumpy()]
@@ -147,7 +150,6 @@ class _Watched:
 def params_digest(net: Any) -> str:
     """sha256 over the trainable parameters (names and fp32 bytes, in name order): data-parallel
     replicas that stayed identical have the same digest."""
-    import numpy as np
 
     digest = hashlib.sha256()
     for p in sorted(net.trainable_params(), key=lambda p: p.name):

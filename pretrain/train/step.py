@@ -39,6 +39,8 @@ from mindspore.amp import DynamicLossScaler
 from pretrain.model import mindformers_config, moe_load
 from pretrain.train.inputs import model_arrays
 
+# lazy imports (mindspore): the step's module imports it at the top; these name its submodules where used
+
 _hyper_map = ops.HyperMap()
 
 

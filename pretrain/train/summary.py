@@ -15,6 +15,8 @@ from pretrain.train import measure
 from pretrain.train.metrics import METRICS_FILE, TENSORBOARD_DIR, mean_of, read_metrics, window_of
 from pretrain.train.plot import plot_curves
 
+# lazy imports (tensorboardX): +~180 ms (numpy); loaded when a run writes its summary
+
 
 def finish(run_dir: Path, trainer: Any, results: List[Dict[str, Any]], wall_s: float, checkpoints: Path,
            events: Optional[Any]) -> Dict[str, Any]:

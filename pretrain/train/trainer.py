@@ -21,6 +21,8 @@ from pretrain.train import ranks
 from pretrain.train.metrics import MetricsWriter, host_memory_gb
 from pretrain.train.schedule import PhaseLR
 
+# lazy imports (mindspore): by design, its 3-10 s import stays out of planning and dry runs
+
 
 @dataclass
 class TrainState:
