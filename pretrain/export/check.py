@@ -13,13 +13,22 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 
+from pretrain.config.attention import document_attention
 from pretrain.export import architecture, reference, safetensors_file, tokenizer_files
 from pretrain.export.hf_dir import cast
+from pretrain.export.source import load_frozen, read_weights
+from pretrain.model import builder
+from pretrain.model.builder import prepare_environment
+
+# lazy imports (mindspore, sentencepiece, transformers): mindspore by design (3-10 s); transformers +~0.9 s,
+# sentencepiece +~0.1 s, loaded only by the comparison that needs them
+
 
 def exported_weights(export_dir: Path) -> Dict[str, np.ndarray]:
     """Every tensor of the exported directory as float32, by its transformers name."""
@@ -45,9 +54,6 @@ def mindspore_logits(run_dir: Path, weights: Dict[str, np.ndarray], tokens: np.n
     The whole rows are one causal document: positions 0..seq-1 (what transformers computes)."""
     import mindspore as ms
 
-    from pretrain.config.attention import document_attention
-    from pretrain.model import builder
-    from pretrain.export.source import load_frozen
 
     cfg = load_frozen(run_dir)
     net = builder.build_model(cfg)
@@ -66,8 +72,6 @@ def mindspore_logits(run_dir: Path, weights: Dict[str, np.ndarray], tokens: np.n
 
 
 def compare_logits(run_dir: Path, export_dir: Path, batch: int = 2) -> Dict[str, float]:
-    from pretrain.export.source import read_weights
-    from pretrain.export.source import load_frozen
 
     provenance = json.loads((export_dir / "pretrain_export.json").read_text())
     config = json.loads((export_dir / "config.json").read_text())
@@ -119,8 +123,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("export_dir", type=Path)
     a = ap.parse_args(argv)
-    from pretrain.model.builder import prepare_environment
-    import tempfile
 
     # MindFormers' logs go to a temporary directory: a check writes nothing into the run dir
     prepare_environment(tempfile.mkdtemp(prefix="pretrain-export-check-"))

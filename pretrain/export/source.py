@@ -21,11 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from omegaconf import OmegaConf
+
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.layout import mindformers_checkpoint_dir
 from pretrain.export import safetensors_file
 from pretrain.resilience.checkpoint import WEIGHTS, published, verify
 from pretrain.resilience.identity import final_tag
+
+# lazy imports (pretrain.engine.mindformers): +~200 ms (the data package) for a MindFormers run's file name
 
 # The Mcore GPTModel's own parameters: an optimizer's state in the same file is named otherwise
 # (adam_m.*, adam_v.*, global_step, learning_rate; MindFormers adds step_num, loss_scale, ...).
@@ -45,7 +49,6 @@ class Checkpoint:
 
 def load_frozen(run_dir: Path) -> Any:
     """The run's frozen config.yaml (what its ranks trained from); a broken one is one line."""
-    from omegaconf import OmegaConf
 
     try:
         return OmegaConf.load(Path(run_dir) / "config.yaml")

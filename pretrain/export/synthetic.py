@@ -15,6 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from pretrain.config import frozen
+from pretrain.config.compose import composer
+from pretrain.export import architecture, safetensors_file
+from pretrain.resilience.checkpoint import MANIFEST, STATE, WEIGHTS, _describe
+
 WIDE = ["model.hidden_size=2048", "model.num_heads=16", "model.num_kv_heads=8", "model.ffn_hidden_size=5632"]
 
 
@@ -25,10 +30,6 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=21)
     ap.add_argument("overrides", nargs="*")
     a = ap.parse_args(argv)
-    from pretrain.config import frozen
-    from pretrain.config.compose import composer
-    from pretrain.export import architecture, safetensors_file
-    from pretrain.resilience.checkpoint import MANIFEST, STATE, WEIGHTS, _describe
 
     with composer() as compose:
         cfg = compose([*WIDE, f"model.num_layers={a.layers}", *a.overrides, f"run_dir={a.run_dir.resolve()}"])

@@ -17,6 +17,11 @@ import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from pretrain.config.errors import PretrainDataError
+
+# lazy imports (sentencepiece, tokenizers, transformers, pretrain.data.hashing): transformers +~0.9 s, the
+# data package +~400 ms (numpy, omegaconf), sentencepiece +~0.1 s; each loaded by the one function that uses it
+
 # Texts the fast tokenizer must encode like sentencepiece before it is written (and the tests' check).
 CHECK_TEXTS: Tuple[str, ...] = (
     "The quick brown fox jumps over the lazy dog.",
@@ -104,7 +109,6 @@ def find(cfg, state: Dict, given: Optional[str]) -> Path:
     """The tokenizer the run trained with: --tokenizer, else data.tokenizer.path, else the one in
     the run's data cache (data.cache_dir/tokenizers/) whose sha256 the checkpoint recorded (our loop
     records it; for a MindFormers checkpoint, the only one in the cache of the model's vocabulary)."""
-    from pretrain.config.errors import PretrainDataError
     from pretrain.data.hashing import file_sha256
 
     recorded = str((state.get("data") or {}).get("tokenizer") or "")

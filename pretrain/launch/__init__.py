@@ -15,7 +15,9 @@ from typing import Any, Dict
 
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.resolved import ResolvedRun
-from pretrain.launch import launches
+from pretrain.engine.phases import write_phases
+from pretrain.launch import controller, launches, msrun, supervise
+from pretrain.launch.scripts import describe_nodes, write_node_scripts
 
 
 def in_process(run: ResolvedRun) -> bool:
@@ -29,10 +31,8 @@ def describe(run: ResolvedRun) -> Dict[str, Any]:
     cfg, run_dir = run.cfg, run.run_dir
     write_engine_yamls(run)
     if cfg.hardware.num_nodes > 1:
-        from pretrain.launch.scripts import describe_nodes
         print(describe_nodes(cfg, run_dir, written=False))
         return {}
-    from pretrain.launch import msrun
     where = "pretrain.engine.mindformers" if run.engine == "mindformers" else "pretrain.train.loop"
     here = in_process(run)
     for phase in ([None] if here else launches.engine_launches(run)):
@@ -46,14 +46,12 @@ def write_nodes(run: ResolvedRun) -> Dict[str, Any]:
     hardware.nodes_on_this_host the job controller then runs them all here (rank 0 prepares the
     data, the other ranks wait for it), else nothing trains here. (The controller's generations
     take the config from here: a shrunk job is a config of its own.)"""
-    from pretrain.launch.scripts import describe_nodes, write_node_scripts
     cfg, run_dir = run.cfg, run.run_dir
     write_engine_yamls(run)
     write_node_scripts(cfg, run_dir)
     if not cfg.hardware.get("nodes_on_this_host", False):
         print(describe_nodes(cfg, run_dir, written=True))
         return {}
-    from pretrain.launch import controller
     started = time.time()
     controller.run(cfg, run_dir, controller.LocalNodes(cfg, run_dir.resolve()))
     summary = run_dir / "summary.json"
@@ -73,7 +71,6 @@ def check_host(run: ResolvedRun) -> None:
 def run_local(run: ResolvedRun) -> Dict[str, Any]:
     """msrun on this host, once per engine launch still to train, all under one restart budget;
     the run's measured throughput once it trained."""
-    from pretrain.launch import msrun, supervise
     cfg, run_dir = run.cfg, run.run_dir
     started = time.time()
     budget = supervise.RestartBudget.of(cfg.resilience)
@@ -88,7 +85,6 @@ def run_local(run: ResolvedRun) -> Dict[str, Any]:
 def write_engine_yamls(run: ResolvedRun, pad_token_id: int = 0) -> None:
     """run_dir/mindformers_<phase>.yaml, which MindFormers' trainer runs (train.engine=mindformers) and
     a user can run with MindFormers' own run script; written for every run, dry runs included."""
-    from pretrain.engine.phases import write_phases
     paths = write_phases(run, pad_token_id)
     print(f"engine {run.engine}: MindFormers yamls {', '.join(p.name for p in paths)} in {run.run_dir}",
           flush=True)

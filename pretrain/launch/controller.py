@@ -46,9 +46,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from pretrain import rundir
 from pretrain.config.errors import USER_ERRORS, PretrainRunError
+from pretrain.config.layout import ParallelLayout
 from pretrain.config.resolved import ResolvedRun
 from pretrain.launch import compile_cache, msrun, supervise
 from pretrain.launch.launches import remaining_launches
+from pretrain.launch.netns import Namespaces
+from pretrain.launch.scripts import write_node_scripts
 from pretrain.launch.supervise import Failure
 from pretrain.launch.tree import TAG_ENV, kill_tagged, new_tag, sigkill
 from pretrain.resilience.orphan import LAUNCHER_ENV
@@ -100,7 +103,6 @@ class LocalNodes:
     """Every node's RUN_DIR/launch/node_<r>.sh on this host, each in its own network namespace."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
-        from pretrain.launch.netns import Namespaces
         self.run_dir, self.n = run_dir, int(cfg.hardware.num_nodes)
         self.per_node = int(cfg.hardware.devices_per_node)
         self.ns = Namespaces(run_dir, self.n)
@@ -365,12 +367,10 @@ def _shrink(cfg: DictConfig, run_dir: Path, nodes: Any, ranks: msrun.RankWatch,
         raise msrun._gave_up(failure, budget, cfg.resilience, [], shrink=False)
     old = (int(cfg.parallel.dp), nodes.n)
     cfg = supervise.with_dp(cfg, dp)
-    from pretrain.config.layout import ParallelLayout
     world = ParallelLayout.from_config(cfg).world_size
     cfg.hardware.devices_per_node = min(per_node, world)
     cfg.hardware.num_nodes = -(-world // cfg.hardware.devices_per_node)
     msrun._refreeze(cfg, run_dir)
-    from pretrain.launch.scripts import write_node_scripts
     write_node_scripts(cfg, run_dir)
     nodes.leave_out(left_out, int(cfg.hardware.num_nodes), int(cfg.hardware.devices_per_node))
     budget.reset()

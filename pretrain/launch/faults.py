@@ -7,13 +7,15 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
+from pretrain.resilience.checkpoint import WEIGHTS, CheckpointManager
+from pretrain.rundir import MARKER
+
 CKPT_FS_MB = 256      # the checkpoints' own tmpfs: a few of the shrunken model's (~7 MB each)
 BALLAST = "ballast"   # the file that fills it
 
 
 def checkpoint_fs(run_dir: Path, size_mb: int = CKPT_FS_MB) -> Path:
     """RUN_DIR/checkpoints on a tmpfs of its own (the run dir marked as ours first)."""
-    from pretrain.rundir import MARKER
     ckpts = run_dir / "checkpoints"
     ckpts.mkdir(parents=True)
     (run_dir / MARKER).write_text("a pretrain run directory (made by pretrain.bench.chaos)\n")
@@ -37,7 +39,6 @@ def fill(directory: Path) -> int:
 def corrupt_newest(ckpts: Path) -> Optional[int]:
     """Flip bytes in the middle of the newest checkpoint's weights when an older one exists to fall
     back to; its step, or None (try again later)."""
-    from pretrain.resilience.checkpoint import WEIGHTS, CheckpointManager
     found = CheckpointManager(ckpts, keep_latest=1, writes_run_files=False).list()
     if len(found) < 2:
         return None

@@ -5,6 +5,8 @@ from typing import List, Optional
 
 from pretrain.config.resolved import ResolvedRun
 
+# lazy imports (pretrain.engine.mindformers): +~400 ms and numpy on every dry run; only its launch needs it
+
 
 def engine_launches(run: ResolvedRun) -> List[Optional[str]]:
     """One msrun launch for our loop (it chains the phases itself); one per phase for MindFormers'

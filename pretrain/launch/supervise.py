@@ -17,8 +17,13 @@ from typing import Any, Callable, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from pretrain.config.errors import PretrainRunError
-from pretrain.config.layout import ParallelLayout
+from pretrain.config.layout import ParallelLayout, engine_of
 from pretrain.config.resilience import require, restart_problems
+from pretrain.config.resolved import ResolvedRun
+from pretrain.resilience.checkpoint import CheckpointManager
+from pretrain.train.metrics import read_metrics
+
+# lazy imports (pretrain.engine.mindformers): +~400 ms and numpy on every dry run; only its runs need it
 
 USER_ERROR_EXIT = 2        # a rank refused its input: restarting cannot help
 GAVE_UP_EXIT = 75          # EX_TEMPFAIL, as the watchdog: the run is resumable, retry it elsewhere/later
@@ -105,13 +110,9 @@ def steps_lost(run_dir: Path, cfg: Optional[DictConfig] = None) -> Tuple[Optiona
     """(last step the run logged, newest checkpoint's step): the steps between them train again.
     MindFormers' engine (cfg given): those of the phase in progress, from its own loss log and
     checkpoints (pretrain.engine.mindformers.steps_lost)."""
-    from pretrain.config.layout import engine_of
     if cfg is not None and engine_of(cfg) == "mindformers":
-        from pretrain.config.resolved import ResolvedRun
         from pretrain.engine.mindformers import steps_lost as phase_steps_lost
         return phase_steps_lost(ResolvedRun.of(cfg))
-    from pretrain.resilience.checkpoint import CheckpointManager
-    from pretrain.train.metrics import read_metrics
     metrics = run_dir / "metrics.jsonl"
     records = read_metrics(metrics) if metrics.is_file() else []
     trained = [int(r["step"]) for r in records if r["kind"] == "train"]
