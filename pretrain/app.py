@@ -19,13 +19,26 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from pretrain import rundir
+from pretrain import launch, rundir
 from pretrain.config import frozen, validate
 from pretrain.config.errors import USER_ERRORS, PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
+from pretrain.engine import train
 from pretrain.io import write_atomic
+from pretrain.launch.supervise import steps_lost
+from pretrain.plan import calibration
+from pretrain.plan.planner import format_plan, plan as make_plan
+from pretrain.plan.verdict import verdict
+from pretrain.resilience.checkpoint import CheckpointManager, read_state
+from pretrain.resilience.events import EventLog
+from pretrain.resilience.identity import data_changes, data_identity
+from pretrain.resilience.resume import check_branch, start_point
 from pretrain.resilience.signals import StopForced
 from pretrain.sweep import interrupt
+from pretrain.sweep.summary import after_interrupt, plan_row, verdict_line, write_row
+
+# lazy imports (pretrain.data, pretrain.train.probe, pretrain.train.build, pretrain.model.builder): +100-180 ms
+# each and numpy on every dry run and --help; only a job that trains here needs them
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -60,7 +73,6 @@ def run_job(cfg: DictConfig) -> None:
             raise
         interrupted(exc, signum, cfg)
     if in_sweep:
-        from pretrain.sweep.summary import verdict_line, write_row
         write_row(Path(cfg.run_dir), row)
         print(f"  #{row['job']} {verdict_line(row)}", flush=True)
         if row.get("stopped"):   # the job's training took the signal and stopped at a checkpoint
@@ -103,7 +115,6 @@ def _resumes(cfg: DictConfig) -> str:
     run_dir = Path(cfg.run_dir)
     if cfg.dry_run or not (run_dir / "checkpoints").is_dir():
         return ""
-    from pretrain.launch.supervise import steps_lost
     try:
         saved = steps_lost(run_dir, cfg)[1]
     except Exception:   # the line is said anyway; the step is only a courtesy
@@ -119,7 +130,6 @@ def main(app: Callable[[], None]) -> None:
     try:
         app()
     except interrupt.SweepInterrupted as exc:
-        from pretrain.sweep.summary import after_interrupt
         sys.exit(after_interrupt(exc))
     except KeyboardInterrupt:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -136,12 +146,9 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     if cfg.plan.calibrate:
         from pretrain.train.probe import probe
         probe(run)
-    from pretrain.plan import calibration
-    from pretrain.plan.planner import format_plan, plan as make_plan
     run = run.with_plan(make_plan(run, calibration.load(cfg)))
     plan = run.plan
     print(format_plan(plan), flush=True)
-    from pretrain.plan.verdict import verdict
     status, refused = verdict(run)
     dry = cfg.dry_run or cfg.launcher == "print"
     # Several nodes: the launch only writes per-node scripts, which a plan-only layout may have (each
@@ -156,11 +163,9 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
         raise PretrainConfigError("\n".join(missing))
     for line in missing:
         print(f"note: {line} on this host; a launch here would refuse it")
-    from pretrain.sweep.summary import plan_row
     row = {"status": status, "reason": "; ".join(refused), **plan_row(plan)}
     for line in refused:
         print(f"{status}: {line}")
-    from pretrain import launch
     run_dir = run.run_dir
     if dry:
         where = dry_run_freeze(run, run_dir)
@@ -181,13 +186,11 @@ def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
     in this process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`:
     the checkpoint it continues from (accept), whose data must be what was prepared. Frozen only once
     the data is ready, so a command the data step refuses leaves config.yaml and plan.json as they were."""
-    from pretrain import launch
     cfg, run_dir = run.cfg, run.run_dir
     if cfg.hardware.num_nodes > 1:
         freeze(run, run_dir)
         return launch.write_nodes(run)
     launch.check_host(run)
-    from pretrain.resilience.resume import check_branch
     check_branch(run)   # a phase run alone without its base run: say which to train, before the data
     from pretrain.data.manifest import summary_table
     from pretrain.data.prepare import prepare
@@ -197,8 +200,6 @@ def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
     # once, before any rank starts: ranks only read the cache
     print(summary_table(prepared, float(cfg.data.val_fraction)), flush=True)
     if begin is not None:   # before msrun starts any rank (each rank's loop checks again, and logs)
-        from pretrain.resilience.checkpoint import read_state
-        from pretrain.resilience.identity import data_changes, data_identity
         data_changes(read_state(begin.info).get("data"), data_identity(prepared), begin.info.path,
                      bool(cfg.resilience.allow_data_change))
     freeze(run, run_dir)
@@ -206,7 +207,6 @@ def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
     launch.write_engine_yamls(run, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
     if not launch.in_process(run):
         return launch.run_local(run)
-    from pretrain.engine import train
     return launch.measured(train(run))
 
 
@@ -218,9 +218,6 @@ def accept(run: ResolvedRun) -> Any:
     cfg, run_dir = run.cfg, run.run_dir
     if not (run_dir / "checkpoints").is_dir():
         return None
-    from pretrain.resilience.checkpoint import CheckpointManager
-    from pretrain.resilience.events import EventLog
-    from pretrain.resilience.resume import start_point
     with EventLog(run_dir / "events.jsonl") as events:
         checkpoints = CheckpointManager(run_dir / "checkpoints", events=events,
                                         keep_latest=int(cfg.train.keep_checkpoint_max),

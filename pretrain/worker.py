@@ -15,7 +15,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pretrain.config.errors import USER_ERRORS, PretrainRunError
+from pretrain.config.resolved import ResolvedRun
+from pretrain.engine import train   # our loop or MindFormers' trainer (ParallelLayout.engine)
 from pretrain.io import write_atomic
+from pretrain.resilience.orphan import stop_with_launcher
+from pretrain.resilience.signals import STATUS_ENV
+
+# lazy imports (mindspore): by design (3-10 s); only msrun's scheduler process loads it here
 
 
 def status_path(run_dir: Path, rank: int, kind: str = "exit") -> Path:
@@ -62,17 +68,13 @@ def main(argv=None) -> int:
     rank = int(os.environ.get("RANK_ID", "0"))
     status_path(run_dir, rank).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(status_path(run_dir, rank, "pid"), str(os.getpid()))
-    from pretrain.resilience.signals import STATUS_ENV
     os.environ[STATUS_ENV] = str(status_path(run_dir, rank))   # the watchdog's exit writes it too
     status = {"rank": rank, "exit": 1, "error": "crashed (see this rank's log)"}
     try:
-        from pretrain.engine import train as run   # our loop or MindFormers' trainer (ParallelLayout.engine)
-        from pretrain.config.resolved import ResolvedRun
         cfg = load_frozen(run_dir)
         cfg.run_dir = str(run_dir)   # the frozen one may be relative to the launching directory
-        from pretrain.resilience.orphan import stop_with_launcher
         stop_with_launcher(float(cfg.resilience.watchdog_timeout_s))
-        summary = run(ResolvedRun.of(cfg), *args[1:])
+        summary = train(ResolvedRun.of(cfg), *args[1:])
         status.update(exit=0, error="", **summary.get("rank_evidence", {}))
     except USER_ERRORS as exc:
         status.update(exit=2, error=str(exc).splitlines()[0])
