@@ -41,10 +41,13 @@ def _lines_in(body):
 
 def shown_lines():
     """Every shell line README.md, docs/*.md and `--help` (conf/hydra/help/pretrain.yaml) show a user."""
-    help_header = yaml.safe_load((REPO / "conf" / "hydra" / "help" / "pretrain.yaml").read_text())["header"]
-    lines = [*(line for page in (README, *DOCS) for line in _lines_in(page.read_text())),
-             *(line.strip() for line in help_header.splitlines() if line.strip().startswith("python "))]
+    lines = [*(line for page in (README, *DOCS) for line in _lines_in(page.read_text())), *_help_lines()]
     return list(dict.fromkeys(lines))
+
+
+def _help_lines():
+    header = yaml.safe_load((REPO / "conf" / "hydra" / "help" / "pretrain.yaml").read_text())["header"]
+    return [line.strip() for line in header.splitlines() if line.strip().startswith("python ")]
 
 
 def commands(lines=None):
@@ -98,8 +101,14 @@ def how_to_run(command):
 SLOW_COMMANDS = ("python -m pretrain.data", "python -m pretrain --config-name", "python -m pretrain -m ")
 
 
+def _in_docs_only(command):
+    """A command only docs/ pages show: the slow run's (~2 s each, ~20 of them), to keep the default
+    suite within its 5 minutes; README's and --help's run in the default suite."""
+    return command not in commands([*_lines_in(README.read_text()), *_help_lines()])
+
+
 def _case(command):
-    marks = [pytest.mark.slow] if command.startswith(SLOW_COMMANDS) else []
+    marks = [pytest.mark.slow] if command.startswith(SLOW_COMMANDS) or _in_docs_only(command) else []
     return pytest.param(command, id=command[len("python -m "):] or command, marks=marks)
 
 
