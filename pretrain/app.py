@@ -19,16 +19,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from pretrain import launch, rundir
+from pretrain import rundir
 from pretrain.config import frozen, validate
 from pretrain.config.errors import USER_ERRORS, PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
 from pretrain.engine import train
 from pretrain.io import write_atomic
-from pretrain.launch.supervise import steps_lost
-from pretrain.plan import calibration
-from pretrain.plan.planner import format_plan, plan as make_plan
-from pretrain.plan.verdict import verdict
 from pretrain.resilience.checkpoint import CheckpointManager, read_state
 from pretrain.resilience.events import EventLog
 from pretrain.resilience.identity import data_changes, data_identity
@@ -38,7 +34,9 @@ from pretrain.sweep import interrupt
 from pretrain.sweep.summary import after_interrupt, plan_row, verdict_line, write_row
 
 # lazy imports (pretrain.data, pretrain.train.probe, pretrain.train.build, pretrain.model.builder): +100-180 ms
-# each and numpy on every dry run and --help; only a job that trains here needs them
+# each and numpy on every dry run; only a job that trains here needs them.
+# lazy imports (pretrain.plan, pretrain.launch): +~20 ms and +~30 ms (controller, msrun, supervise) on every
+# `import pretrain.app`, which --help and a config error pay too; a dry run loads both anyway
 
 
 def run_job(cfg: DictConfig) -> None:
@@ -115,6 +113,7 @@ def _resumes(cfg: DictConfig) -> str:
     run_dir = Path(cfg.run_dir)
     if cfg.dry_run or not (run_dir / "checkpoints").is_dir():
         return ""
+    from pretrain.launch.supervise import steps_lost
     try:
         saved = steps_lost(run_dir, cfg)[1]
     except Exception:   # the line is said anyway; the step is only a courtesy
@@ -146,6 +145,9 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     if cfg.plan.calibrate:
         from pretrain.train.probe import probe
         probe(run)
+    from pretrain.plan import calibration
+    from pretrain.plan.planner import format_plan, plan as make_plan
+    from pretrain.plan.verdict import verdict
     run = run.with_plan(make_plan(run, calibration.load(cfg)))
     plan = run.plan
     print(format_plan(plan), flush=True)
@@ -166,6 +168,7 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
     row = {"status": status, "reason": "; ".join(refused), **plan_row(plan)}
     for line in refused:
         print(f"{status}: {line}")
+    from pretrain import launch
     run_dir = run.run_dir
     if dry:
         where = dry_run_freeze(run, run_dir)
@@ -186,6 +189,7 @@ def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
     in this process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`:
     the checkpoint it continues from (accept), whose data must be what was prepared. Frozen only once
     the data is ready, so a command the data step refuses leaves config.yaml and plan.json as they were."""
+    from pretrain import launch
     cfg, run_dir = run.cfg, run.run_dir
     if cfg.hardware.num_nodes > 1:
         freeze(run, run_dir)
