@@ -6,29 +6,12 @@ import csv
 
 import pytest
 
-MINE = "name: mine\nhidden_size: 128\n"
-# every mandatory (???) key of the model schema that MINE does not set, in the schema's order
-UNSET = ["model.num_layers", "model.num_heads", "model.num_kv_heads", "model.ffn_hidden_size",
-         "model.vocab_size", "model.seq_length", "model.max_position_embeddings", "model.global_batch_size",
-         "model.total_tokens", "model.lr_peak"]
-FIX = "`defaults: [tiny, _self_]`"
+from tests.helpers.own_option import FIX, assert_unset_line, own_option_dir
 
 
 @pytest.fixture
 def own(tmp_path):
-    """DIR with model/mine.yaml (name and hidden_size only) and data/mine.yaml (a name and a source)."""
-    conf = tmp_path / "myconf"
-    (conf / "model").mkdir(parents=True)
-    (conf / "model" / "mine.yaml").write_text(MINE)
-    (conf / "data").mkdir()
-    (conf / "data" / "mine.yaml").write_text("name: mine\nsources:\n  general:\n    builtin: general\n")
-    return conf
-
-
-def _unset_line(text: str) -> None:
-    said = f"model=mine leaves {len(UNSET)} keys of the model schema unset: {', '.join(UNSET)}; "
-    assert said in text, text
-    assert FIX in text and "available: llama3_70b, llama3_8b" in text, text
+    return own_option_dir(tmp_path)
 
 
 @pytest.mark.parametrize("extra", [[], ["dry_run=true"]], ids=["launch", "dry_run"])
@@ -37,7 +20,7 @@ def test_own_option_without_defaults_is_one_line_and_writes_nothing(cli, tmp_pat
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    _unset_line(lines[0])
+    assert_unset_line(lines[0])
     assert f"start {own / 'model' / 'mine.yaml'} with {FIX}" in lines[0]   # the file Hydra read
     assert sorted(p.name for p in tmp_path.iterdir()) == ["myconf"]   # no run dir, no cache
 
@@ -49,4 +32,4 @@ def test_own_option_without_defaults_is_its_sweep_row(cli, tmp_path, own):
     assert "#0 invalid: model=mine leaves 10 keys" in proc.stdout, proc.stdout
     (row,) = csv.DictReader(open(tmp_path / "sweep" / "summary.csv"))
     assert row["status"] == "invalid", row
-    _unset_line(row["reason"])
+    assert_unset_line(row["reason"])

@@ -6,13 +6,6 @@ import pytest
 from omegaconf import OmegaConf
 
 
-# ------------------------------------------------------------------ the LR arithmetic
-def lr(**kw):
-    base = {"peak": 1e-3, "end": None, "end_ratio": 0.1, "warmup_fraction": 0.0, "schedule": "cosine",
-            "wsd_decay_fraction": 0.2}
-    return OmegaConf.create({**base, **kw})
-
-
 # ------------------------------------------------------------------ the CLI, as a user types it
 CLI_ERRORS = [
     (["+train.lr=1e-3"], "error: train.lr: no such key in the schema", "did you mean train.lr_peak?"),

@@ -18,9 +18,8 @@ import pytest
 import yaml
 
 from tests.helpers.repo import REPO
+from tests.helpers.shown_commands import README, code_lines, commands, help_lines, shown_lines
 
-README = REPO / "README.md"
-DOCS = sorted((REPO / "docs").glob("*.md"))
 # Hydra's own flags print and exit; they start nothing, so they run as written.
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion"}
 DRY_ALREADY = {"dry_run=true", "launcher=print"}
@@ -29,37 +28,6 @@ READS_A_RUN = {"pretrain.status": "test_status.py", "pretrain.export": "test_exp
                "pretrain.export.check": "test_export.py"}
 # `python SCRIPT` lines of other projects that the docs show beside ours, run in those projects' checkouts.
 OTHER_PROJECTS = {"run.py": "OpenCompass's entry point, run in an OpenCompass checkout"}
-
-
-def _lines_in(body):
-    """Lines of indented code blocks and inline `python ...` spans: what a user would paste. A ```
-    fence holds text that is not a shell line (a file tree), so it is left out."""
-    body = re.sub(r"^```.*?^```", "", body, flags=re.MULTILINE | re.DOTALL)
-    blocks = [line.strip() for line in body.splitlines() if line.startswith("    ") and line.strip()]
-    return [*blocks, *re.findall(r"`(python [^`]+)`", body)]
-
-
-def shown_lines():
-    """Every shell line README.md, docs/*.md and `--help` (conf/hydra/help/pretrain.yaml) show a user."""
-    lines = [*(line for page in (README, *DOCS) for line in _lines_in(page.read_text())), *_help_lines()]
-    return list(dict.fromkeys(lines))
-
-
-def _help_lines():
-    header = yaml.safe_load((REPO / "conf" / "hydra" / "help" / "pretrain.yaml").read_text())["header"]
-    return [line.strip() for line in header.splitlines() if line.strip().startswith("python ")]
-
-
-def commands(lines=None):
-    """The `python ...` commands of those lines (or of `lines`), split at `&&`, normalised (README
-    quoting such as 'parallel=glob(*)' and `# notes` parsed away), each once."""
-    found = []
-    for line in shown_lines() if lines is None else lines:
-        for part in line.split("&&"):
-            words = shlex.split(part, comments=True)
-            if words[:1] == ["python"]:
-                found.append(shlex.join(words))
-    return list(dict.fromkeys(found))
 
 
 def _dry_sweep(args):
@@ -104,7 +72,7 @@ SLOW_COMMANDS = ("python -m pretrain.data", "python -m pretrain --config-name", 
 def _in_docs_only(command):
     """A command only docs/ pages show: the slow run's (~2 s each, ~20 of them), to keep the default
     suite within its 5 minutes; README's and --help's run in the default suite."""
-    return command not in commands([*_lines_in(README.read_text()), *_help_lines()])
+    return command not in commands([*code_lines(README.read_text()), *help_lines()])
 
 
 def _case(command):

@@ -3,13 +3,14 @@ a plan that does not fit (with layouts that do), and dry runs that give the laun
 import re
 
 import pytest
-from pretrain.config.phases import phase_steps, phases as phases_of
+
 from pretrain.config import validate
 from pretrain.config.resolved import ResolvedRun
 from pretrain.plan.planner import plan as make_plan
 from pretrain.plan.verdict import verdict
-
+from tests.helpers.launch_checks import accepted_by_training
 from tests.helpers.repo import options as _options
+
 BIG = ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"]
 
 
@@ -52,20 +53,6 @@ def test_ignore_memory_lets_a_trainable_layout_past_the_memory_rule(cli):
     forced = cli(*args, "plan.ignore_memory=true")
     # past every rule: what stops it now is the host, which has no Ascend devices
     assert forced.returncode == 2 and "no npu-smi" in forced.stderr and "GB per device" not in forced.stderr
-
-
-def accepted_by_training(cfg) -> None:
-    """The pure-Python steps a launch takes before the model and data: the rules, the phases' steps
-    and LR schedules, and the MindFormers export every rank builds its model from."""
-    from pretrain.model import mindformers_config as mfc
-    from pretrain.train.schedule import curriculum
-    validate.check(cfg)
-    validate.check_trainable(cfg)
-    plist = phases_of(cfg)
-    steps = [phase_steps(cfg, p) for p in plist]
-    lrs = curriculum(plist, steps, start=float(cfg.train.lr_peak))
-    mfc.export(cfg, first_phase=plist[0], first_phase_steps=steps[0], first_phase_peak=lrs[0].peak)
-    mfc.parallel_blocks(cfg)
 
 
 def _planned(cfg):

@@ -10,7 +10,7 @@ from pretrain.config.errors import PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
 from pretrain.plan.verdict import verdict
 from tests.helpers.repo import options
-from tests.unit.test_rulebook import accepted_by_training
+from tests.helpers.launch_checks import accepted_by_training
 
 GROUPS = ["model", "parallel", "phase", "hardware", "data"]
 

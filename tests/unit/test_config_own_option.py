@@ -8,36 +8,18 @@ import pytest
 from pretrain.config import validate
 from pretrain.config.compose import compose
 from pretrain.config.errors import PretrainConfigError
-
-MINE = "name: mine\nhidden_size: 128\n"
-# every mandatory (???) key of the model schema that MINE does not set, in the schema's order
-UNSET = ["model.num_layers", "model.num_heads", "model.num_kv_heads", "model.ffn_hidden_size",
-         "model.vocab_size", "model.seq_length", "model.max_position_embeddings", "model.global_batch_size",
-         "model.total_tokens", "model.lr_peak"]
-FIX = "`defaults: [tiny, _self_]`"
+from tests.helpers.own_option import MINE, assert_unset_line, own_option_dir
 
 
 @pytest.fixture
 def own(tmp_path):
-    """DIR with model/mine.yaml (name and hidden_size only) and data/mine.yaml (a name and a source)."""
-    conf = tmp_path / "myconf"
-    (conf / "model").mkdir(parents=True)
-    (conf / "model" / "mine.yaml").write_text(MINE)
-    (conf / "data").mkdir()
-    (conf / "data" / "mine.yaml").write_text("name: mine\nsources:\n  general:\n    builtin: general\n")
-    return conf
-
-
-def _unset_line(text: str) -> None:
-    said = f"model=mine leaves {len(UNSET)} keys of the model schema unset: {', '.join(UNSET)}; "
-    assert said in text, text
-    assert FIX in text and "available: llama3_70b, llama3_8b" in text, text
+    return own_option_dir(tmp_path)
 
 
 def test_the_named_defaults_line_fixes_it(own):
     searched = f"hydra.searchpath=[file://{own}]"
     (line,) = validate.problems(compose([searched, "model=mine"]))
-    _unset_line(line)
+    assert_unset_line(line)
     (own / "model" / "mine.yaml").write_text(f"defaults: [tiny, _self_]\n{MINE}")
     cfg = compose([searched, "model=mine"])
     assert validate.problems(cfg) == []

@@ -10,18 +10,11 @@ import ast
 import importlib.metadata
 import importlib.util
 import re
-import subprocess
 import sys
 
 import pytest
 
 from tests.helpers.repo import REPO
-
-
-def pip(*args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "pip", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, f"pip {' '.join(args)}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
 
 
 def _dist(name):

@@ -12,46 +12,14 @@ names exists. The real runs are the slow suite's (test_train_e2e.py, test_launch
 import re
 import shlex
 
-import yaml
-
 from tests.helpers.repo import REPO, options
-
-README = REPO / "README.md"
-DOCS = sorted((REPO / "docs").glob("*.md"))
+from tests.helpers.shown_commands import DOCS, README, code_lines, commands
 
 
 def _sections(text):
     """{title: body}; the text above the first '## ' heading is under ''."""
     parts = re.split(r"^## +(.+)$", text, flags=re.MULTILINE)
     return {"": parts[0], **{parts[i].strip(): parts[i + 1] for i in range(1, len(parts), 2)}}
-
-
-def _lines_in(body):
-    """Lines of indented code blocks and inline `python ...` spans: what a user would paste. A ```
-    fence holds text that is not a shell line (a file tree), so it is left out."""
-    body = re.sub(r"^```.*?^```", "", body, flags=re.MULTILINE | re.DOTALL)
-    blocks = [line.strip() for line in body.splitlines() if line.startswith("    ") and line.strip()]
-    return [*blocks, *re.findall(r"`(python [^`]+)`", body)]
-
-
-def shown_lines():
-    """Every shell line README.md, docs/*.md and `--help` (conf/hydra/help/pretrain.yaml) show a user."""
-    help_header = yaml.safe_load((REPO / "conf" / "hydra" / "help" / "pretrain.yaml").read_text())["header"]
-    lines = [*(line for page in (README, *DOCS) for line in _lines_in(page.read_text())),
-             *(line.strip() for line in help_header.splitlines() if line.strip().startswith("python "))]
-    return list(dict.fromkeys(lines))
-
-
-def commands(lines=None):
-    """The `python ...` commands of those lines (or of `lines`), split at `&&`, normalised (README
-    quoting such as 'parallel=glob(*)' and `# notes` parsed away), each once."""
-    found = []
-    for line in shown_lines() if lines is None else lines:
-        for part in line.split("&&"):
-            words = shlex.split(part, comments=True)
-            if words[:1] == ["python"]:
-                found.append(shlex.join(words))
-    return list(dict.fromkeys(found))
 
 
 def test_the_parse_finds_the_set_up_tour_docs_and_help_commands():
@@ -89,7 +57,7 @@ def test_ci_runs_the_readme_test_commands():
     ci = [shlex.split(line, comments=True) for line in (REPO / ".ci" / "run").read_text().splitlines()]
     ci = [[w for w in words if w != "-q"] for words in ci]
     tests_set_up = re.compile(r"python -m (pytest\b|pip install .*\[test\])")
-    set_up = commands(_lines_in(_sections(README.read_text())[""]))   # above README's first section
+    set_up = commands(code_lines(_sections(README.read_text())[""]))   # above README's first section
     readme = [shlex.split(c) for c in set_up if tests_set_up.match(c)]
     assert len(readme) >= 3, readme
     for words in readme:
@@ -100,7 +68,7 @@ def test_readme_is_short_and_opens_with_the_two_set_up_commands():
     """README is the way in (at most 150 lines); its first commands set up and run, then set up and test."""
     text = README.read_text()
     assert text.count("\n") <= 150, "README.md is over 150 lines: move the detail into a docs/ page"
-    first = commands(_lines_in(_sections(text)[""]))
+    first = commands(code_lines(_sections(text)[""]))
     assert first[:2] == ["python -m pip install -e .", "python -m pretrain"], first
     assert first[2:] == ["python -m pip install -e '.[test]'", "python -m pytest", "python -m pytest -m slow"], first
 

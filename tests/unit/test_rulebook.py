@@ -7,7 +7,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from pretrain.config.layout import engine_of
-from pretrain.config.phases import phase_steps, phases as phases_of
 from pretrain.config import ranges, schema, validate
 from pretrain.config.errors import PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
@@ -104,17 +103,3 @@ def test_target_days_prints_the_devices_that_finish_in_time(compose_many):
 def test_mfu_is_labelled_assumed(compose_many):
     text = format_plan(make_plan(ResolvedRun.of(compose_many([]))))
     assert "MFU" in text and "(assumed: train.efficiency=0.45" in text
-
-
-def accepted_by_training(cfg) -> None:
-    """The pure-Python steps a launch takes before the model and data: the rules, the phases' steps
-    and LR schedules, and the MindFormers export every rank builds its model from."""
-    from pretrain.model import mindformers_config as mfc
-    from pretrain.train.schedule import curriculum
-    validate.check(cfg)
-    validate.check_trainable(cfg)
-    plist = phases_of(cfg)
-    steps = [phase_steps(cfg, p) for p in plist]
-    lrs = curriculum(plist, steps, start=float(cfg.train.lr_peak))
-    mfc.export(cfg, first_phase=plist[0], first_phase_steps=steps[0], first_phase_peak=lrs[0].peak)
-    mfc.parallel_blocks(cfg)

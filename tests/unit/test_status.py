@@ -12,47 +12,7 @@ from pretrain.resilience.events import EventLog
 from pretrain.rundir import RunDirLock
 from pretrain.status import render, report
 from pretrain.status.jsonl import JsonlFile
-from pretrain.train.metrics import MetricsWriter
-
-CONFIG = """\
-train: {eval_every: 5}
-resilience: {watchdog_timeout_s: 60, first_step_timeout_s: 300, goodput_warn: 0.7}
-phase:
-  general: {mix: {general: 1.0}}
-  anneal: {mix: {anneal: 0.6, general: 0.4}}
-"""
-
-
-def _record(step, phase="general", loss=None, step_s=0.1):
-    return {"kind": "train", "step": step, "phase": phase,
-            "loss": 8.0 - step * 0.01 if loss is None else loss,
-            "lr": 1e-3, "grad_norm": 1.0, "loss_scale": 1.0, "finite": True, "tokens_per_s": 1.0,
-            "step_time_s": step_s}
-
-
-def _run_dir(tmp_path: Path, steps: int = 30, eval_s=None) -> Path:
-    run = tmp_path / "run"
-    RunDirLock(run).acquire().release()   # claimed as a run dir, as the app does first
-    (run / "config.yaml").write_text(CONFIG)
-    (run / "plan.json").write_text(json.dumps({"tokens_per_step": 100, "step_s": 0.1, "total_days": 0.001,
-                                               "phases": [{"name": "general", "steps": 40, "days": 0.0005},
-                                                          {"name": "anneal", "steps": 10, "days": 0.0001}]}))
-    with EventLog(run / "events.jsonl") as ev:
-        ev.log("start", step=0, phases=["general", "anneal"], steps=[40, 10])
-    writer = MetricsWriter(run)
-    for k in range(1, steps + 1):
-        writer.log(_record(k))
-        if k % 5 == 0:
-            writer.log({"kind": "val", "step": k, "phase": "general", "val_loss": 7.5})
-    writer.close()
-    if eval_s is not None:   # the writer times each pass itself (since its train record): set them
-        metrics = run / "metrics.jsonl"
-        records = [json.loads(line) for line in metrics.read_text().splitlines()]
-        for r in records:
-            if r["kind"] == "val":
-                r["eval_s"] = eval_s(r["step"])
-        metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return run
+from tests.helpers.status_run import status_run_dir, train_record
 
 
 def _checkpoint(run: Path, step: int, truncate: bool = False) -> Path:
@@ -93,7 +53,7 @@ def test_metrics_are_found_by_offset_without_reading_every_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     with open(path, "w") as fh:
         for k in range(1, 5001):
-            fh.write(json.dumps({**_record(k), "ts": 1000.0 + k}) + "\n")
+            fh.write(json.dumps({**train_record(k), "ts": 1000.0 + k}) + "\n")
             if k % 50 == 0:
                 fh.write(json.dumps({"kind": "val", "step": k, "val_loss": 1.0, "ts": 1000.0 + k}) + "\n")
         fh.write('{"kind": "train", "step": 5001, "lo')    # the writer mid-line
@@ -109,7 +69,7 @@ def test_metrics_are_found_by_offset_without_reading_every_line(tmp_path):
 
 
 def test_a_live_run_is_healthy_then_stalled_past_the_watchdog(tmp_path):
-    run = _run_dir(tmp_path)
+    run = status_run_dir(tmp_path)
     _checkpoint(run, 30)
     lock = RunDirLock(run).acquire()
     try:
@@ -128,7 +88,7 @@ def test_a_live_run_is_healthy_then_stalled_past_the_watchdog(tmp_path):
 
 
 def test_finished_killed_and_restarted_runs(tmp_path):
-    run = _run_dir(tmp_path)
+    run = status_run_dir(tmp_path)
     killed = report.gather(run)
     assert not killed["running"] and killed["exit"] == 2 and "killed -9" in killed["verdict"]
     with EventLog(run / "events.jsonl") as ev:
@@ -154,7 +114,7 @@ def test_finished_killed_and_restarted_runs(tmp_path):
 
 
 def test_a_checkpoint_that_does_not_verify_degrades_a_live_run(tmp_path):
-    run = _run_dir(tmp_path)
+    run = status_run_dir(tmp_path)
     _checkpoint(run, 25)
     _checkpoint(run, 30, truncate=True)
     with RunDirLock(run):
@@ -165,7 +125,7 @@ def test_a_checkpoint_that_does_not_verify_degrades_a_live_run(tmp_path):
 def test_the_summary_and_status_account_a_run_alike(tmp_path):
     from pretrain.train.summary import run_goodput
 
-    run = _run_dir(tmp_path)
+    run = status_run_dir(tmp_path)
     with EventLog(run / "events.jsonl") as ev:
         ev.log("save", step=30, stall_s=0.25)
         ev.log("finish", step=30)
@@ -182,7 +142,7 @@ def test_the_summary_and_status_account_a_run_alike(tmp_path):
 def test_evaluation_of_a_live_run_counts_the_first_pass_as_it_took(tmp_path):
     """The first pass compiles the eval graph (15 s of the default job's 50 s): a median of the recent
     passes for every pass would leave that out."""
-    run = _run_dir(tmp_path, eval_s=lambda step: 10.0 if step == 5 else 1.0)   # passes at 5, 10, ..., 30
+    run = status_run_dir(tmp_path, eval_s=lambda step: 10.0 if step == 5 else 1.0)   # passes at 5, 10, ..., 30
     with RunDirLock(run):
         live = report.gather(run)["goodput"]["badput_s"]["evaluation"]
     assert live == pytest.approx(10.0 + 5 * 1.0)
@@ -192,7 +152,7 @@ def test_an_ended_run_is_accounted_as_its_summary_says(tmp_path):
     """Ended, the summary's accounting (every val record read) is the answer, not status's estimate."""
     from pretrain.train.summary import run_goodput
 
-    run = _run_dir(tmp_path, eval_s=lambda step: (step / 5) ** 2)   # 1, 4, ..., 36 s: median x 6 = 75 s
+    run = status_run_dir(tmp_path, eval_s=lambda step: (step / 5) ** 2)   # 1, 4, ..., 36 s: median x 6 = 75 s
     with EventLog(run / "events.jsonl") as ev:
         ev.log("finish", step=30)
     acct = run_goodput(run, 0.1, 30)
@@ -205,7 +165,7 @@ def test_an_ended_run_is_accounted_as_its_summary_says(tmp_path):
 def test_the_chaos_benchmark_accounts_with_the_same_code(tmp_path):
     from pretrain.resilience.observe import accounting
 
-    run = _run_dir(tmp_path)
+    run = status_run_dir(tmp_path)
     started = json.loads((run / "events.jsonl").read_text().splitlines()[0])["ts"] - 5.0   # its launch
     result = {"steps": 30, "started": started, "wall_s": 20.0}
     acct = accounting(run, result, 0.1)

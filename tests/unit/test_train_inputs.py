@@ -6,25 +6,8 @@ import numpy as np
 import pytest
 
 from pretrain.config.errors import PretrainDataError
-from pretrain.data.loader import rows_to_batch
 from pretrain.train import inputs
-
-SEQ, EOD = 16, 2
-
-
-def packed(*rows):
-    """Rows of documents (lists of lengths), each document ending with EOD, the rest padding (0)."""
-    out = []
-    rng = np.random.default_rng(0)
-    for lens in rows:
-        ids = np.zeros(SEQ + 1, np.int32)
-        at = 0
-        for n in lens:
-            ids[at: at + n - 1] = rng.integers(4, 100, n - 1)
-            ids[at + n - 1] = EOD
-            at += n
-        out.append((ids, np.array(lens, np.int32)))
-    return rows_to_batch(out, SEQ)
+from tests.helpers.packed_rows import SEQ, packed
 
 
 def test_attention_mask_is_causal_within_each_document_only():
