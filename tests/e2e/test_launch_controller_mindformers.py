@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_launch_controller_slurm import SCONTROL, SRUN, events
-from tests.e2e.test_launch_scripts import BIG, RUN
 from tests.helpers.repo import REPO
+from tests.helpers.launch_stand_ins import BIG, RUN, SCONTROL, SLURM_SRUN, events
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +103,7 @@ def mf(tmp_path):
     run_dir = cwd / RUN
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in [("srun", SRUN), ("msrun", MSRUN), ("scontrol", SCONTROL)]:
+    for name, text in [("srun", SLURM_SRUN), ("msrun", MSRUN), ("scontrol", SCONTROL)]:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     (tmp_path / "node.py").write_text(NODE)

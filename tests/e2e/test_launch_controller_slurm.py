@@ -9,37 +9,16 @@ as Slurm does), scontrol names the hosts and records requeues, and msrun plays o
 - SIGUSR1 (`--signal=B:USR1@90`): every node's ranks get SIGTERM (they checkpoint), then the job
   requeues itself and ends 0.
 """
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_launch_scripts import BIG, RUN
+from tests.helpers.launch_stand_ins import BIG, RUN, SCONTROL, SLURM_SRUN, events
 
-SRUN = """#!/usr/bin/env bash
-# stand-in for srun: the task once per node of the allocation, in parallel; SIGTERM passed on
-echo "srun $*" >> "$RECORD"
-nodes=$SLURM_JOB_NUM_NODES
-while [[ "$1" == --* ]]; do case "$1" in --nodes=*) nodes=${1#--nodes=} ;; esac; shift; done
-pids=()
-for ((task = 0; task < nodes; task++)); do SLURM_PROCID=$task "$@" & pids+=($!); done
-trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM
-rc=0
-for i in "${!pids[@]}"; do
-  while true; do
-    wait "${pids[$i]}" && code=0 || code=$?
-    if [[ $code -gt 128 ]] && kill -0 "${pids[$i]}" 2>/dev/null; then continue; fi
-    break
-  done
-  if [[ $code -ne 0 ]]; then echo "srun: error: n-$i: task $i: Exited with exit code $code" >&2; rc=$code; fi
-done
-exit $rc
-"""
 MSRUN = """#!/usr/bin/env bash
 # stand-in for one node's msrun: its ranks leave pid files, then (FAULT: "node:exit:times") this
 # node exits with that code the first `times` starts, or trains until told to stop, or finishes.
@@ -65,12 +44,6 @@ if [[ -n "${TRAIN_UNTIL_STOPPED:-}" ]]; then
   while true; do sleep 0.05; done
 fi
 finish 0
-"""
-SCONTROL = """#!/usr/bin/env bash
-case "$1" in
-  show) printf 'n-a\\nn-b\\n' ;;
-  *) echo "scontrol $*" >> "$RECORD" ;;
-esac
 """
 
 
@@ -102,7 +75,7 @@ def slurm(tmp_path, request, run_dir, dp_run_dir):
     run_dir = dp_run_dir if request.param == "dp" else run_dir
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in [("srun", SRUN), ("msrun", MSRUN), ("scontrol", SCONTROL)]:
+    for name, text in [("srun", SLURM_SRUN), ("msrun", MSRUN), ("scontrol", SCONTROL)]:
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     record = tmp_path / "record.txt"
@@ -123,13 +96,6 @@ def slurm(tmp_path, request, run_dir, dp_run_dir):
     def lines():
         return record.read_text().splitlines() if record.is_file() else []
     return start, lines
-
-
-def events(run_dir: Path, kind: str):
-    path = run_dir / "events.jsonl"
-    if not path.is_file():
-        return []
-    return [e for e in map(json.loads, path.read_text().splitlines()) if e["kind"] == kind]
 
 
 def ports(lines):

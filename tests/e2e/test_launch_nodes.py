@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from pretrain.launch import tree
-from tests.e2e.test_elastic_e2e import DP2, STEPS, Cli, events, losses, status, train_steps
+from tests.helpers.elastic_run import DP2, STEPS, Cli, events, losses, status, train_steps
 from tests.helpers.net import free_port
 
 pytestmark = [pytest.mark.slow,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_launch_scripts import BIG, RECORDER, RUN
 from tests.helpers.repo import REPO
+from tests.helpers.launch_stand_ins import BIG, RECORDER, RUN
 
 SRUN = """#!/usr/bin/env bash
 # stand-in for srun: runs the step on the node given by -w (here, on this host), as Slurm would there

@@ -5,17 +5,11 @@ import os
 import re
 import stat
 import subprocess
-from pathlib import Path
 
 import pytest
 
-BIG = ["model=llama3_70b", "parallel=dp4tp8pp2", "hardware=ascend910b_8x8"]   # fits; MindFormers' engine
-RUN = Path("runs") / "llama3_70b-dp4tp8pp2-ascend910b_8x8"
+from tests.helpers.launch_stand_ins import BIG, RECORDER, RUN
 
-RECORDER = """#!/usr/bin/env bash
-# stand-in for {name}: records its environment's node rank and its arguments
-echo "{name} NODE_RANK=${{NODE_RANK:-}} PWD=$PWD $*" >> "$RECORD"
-"""
 SRUN = """#!/usr/bin/env bash
 # stand-in for srun: runs the task once per node, as Slurm would on each node
 while [[ "$1" == --* ]]; do shift; done

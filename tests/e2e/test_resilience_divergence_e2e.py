@@ -1,5 +1,5 @@
 """Issue 40: an early divergence, end to end. `python -m pretrain` on CPU with the real (shrunken) model
-and the sample corpus (the Cli of test_resilience_e2e.py), the LR multiplied on early batches through
+and the sample corpus (the Cli of tests/helpers/resilience_run.py), the LR multiplied on early batches through
 the test-only fault hook (tests/sitehooks/pretrain_faults.py).
 
 Left alone, LR x3000 on data 3..5 takes the loss from 8.32 (ln 4096) to 56 at step 5 and ~136 from
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.e2e.test_resilience_e2e import STEPS, Cli
+from tests.helpers.resilience_run import STEPS, Cli
 
 pytestmark = pytest.mark.slow
 
