@@ -6,33 +6,10 @@ jsonl dropped all 100 documents as "binary"; data.dedup.num_perm=0 ended in a da
 traceback and a temp dir; a source whose every document was dropped said "no val rows".
 """
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from tests.unit.test_data_pipeline import paragraphs
-
-
-def temp_dirs(cache: Path):
-    return sorted(str(p) for p in cache.rglob(".*tmp*")) if cache.exists() else []
-
-
-def cli_data(tmp_path, *args, cache=None):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cache or tmp_path / "cache")
-    args = ["data=files", "~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
-            "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args]
-    return subprocess.run([sys.executable, "-m", "pretrain.data", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def _jsonl_with_one_bad_line(path: Path, texts, bad_line: bytes) -> Path:
-    lines = [json.dumps({"text": t}).encode() for t in texts]
-    lines[1] = bad_line
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
+from tests.helpers.data_cli import cli_data, temp_dirs
+from tests.helpers.data_files import jsonl_with_one_bad_line, paragraphs
 
 
 @pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
@@ -40,9 +17,9 @@ def test_cli_prepares_a_source_with_a_surrogate_and_a_nul_line(tmp_path):
     texts = paragraphs()[:100]
     src = tmp_path / "src"
     src.mkdir()
-    _jsonl_with_one_bad_line(src / "s.jsonl", texts[:50], b'{"text": "\\ud800 abc"}')
+    jsonl_with_one_bad_line(src / "s.jsonl", texts[:50], b'{"text": "\\ud800 abc"}')
     raw = json.dumps({"text": texts[51]}).encode()
-    _jsonl_with_one_bad_line(src / "n.jsonl", texts[50:], raw[:30] + b"\0" + raw[30:])
+    jsonl_with_one_bad_line(src / "n.jsonl", texts[50:], raw[:30] + b"\0" + raw[30:])
     proc = cli_data(tmp_path, f"data.sources.general.paths=[{src}]")
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("general "))

@@ -6,7 +6,8 @@ if whole; after `mv cache new_cache` the manifests still pointed at the old toke
 the error blamed data.tokenizer.path, a key the user never set.
 """
 from pretrain.data.loader import BatchLoader
-from tests.unit.test_data_pipeline import SEQ, paragraphs, write_jsonl
+from tests.helpers.data_cli import cli_data
+from tests.helpers.data_files import SEQ, paragraphs, write_jsonl
 
 
 def loader(prepared):
@@ -14,7 +15,6 @@ def loader(prepared):
 
 
 def test_an_unwritable_cache_is_one_line_naming_data_cache_dir(tmp_path):
-    from tests.unit.test_data_bad_documents import cli_data
     src = tmp_path / "src"
     src.mkdir()
     write_jsonl(src / "a.jsonl", paragraphs()[:20])

@@ -9,7 +9,7 @@ import pytest
 
 from pretrain.config.errors import PretrainDataError
 from pretrain.data import prepare
-from tests.unit.test_data_pipeline import data_cfg, paragraphs, write_jsonl
+from tests.helpers.data_files import data_cfg, paragraphs, write_jsonl
 
 pytestmark = pytest.mark.slow
 

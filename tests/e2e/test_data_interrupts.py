@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 from pretrain.data.fsutil import _HOST, sweep_stale
+from tests.helpers.data_cli import cli_data
+from tests.helpers.data_files import paragraphs
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -177,8 +179,6 @@ def test_kill_9_leaves_no_workers_and_its_temp_dir_is_swept_unless_live(tmp_path
 
 
 def test_the_next_run_sweeps_what_a_kill_9_left(tmp_path):
-    from tests.unit.test_data_bad_documents import cli_data
-    from tests.unit.test_data_pipeline import paragraphs
     cache = tmp_path / "cache"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -195,7 +195,6 @@ def test_the_next_run_sweeps_what_a_kill_9_left(tmp_path):
 
 def test_two_concurrent_preparations_of_one_cache_both_succeed(tmp_path):
     """Neither sweeps the other's live temp dir; the second to finish keeps the first's result."""
-    from tests.unit.test_data_pipeline import paragraphs
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in paragraphs()[:200]))

@@ -7,21 +7,10 @@ parquet text column of list<string> was counted as missing_field; `**` in a sour
 recursive in the data step but not in the check before a launch, which refused a valid path.
 """
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from tests.unit.test_data_pipeline import paragraphs, write_jsonl
-
-
-def cli_data(cwd: Path, *args, timeout=120):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cwd / "cache")
-    args = ["data=files", "~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
-            "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args]
-    return subprocess.run([sys.executable, "-m", "pretrain.data", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+from tests.helpers.data_cli import cli_data
+from tests.helpers.data_files import paragraphs, write_jsonl
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -30,7 +19,7 @@ def test_a_fifo_in_a_corpus_dir_is_refused_in_one_line_not_a_hang(tmp_path):
     corpus.mkdir()
     write_jsonl(corpus / "a.jsonl", paragraphs()[:50])
     os.mkfifo(corpus / "pipe.jsonl")
-    proc = cli_data(tmp_path, "data.sources.general.paths=[corpus]")      # was: no output, forever
+    proc = cli_data(tmp_path, "data.sources.general.paths=[corpus]", timeout=120)      # was: no output, forever
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "pipe.jsonl is a FIFO (named pipe), not a regular file" in err[0], err

@@ -4,73 +4,27 @@ Text comes from the Python installation (the language reference that pydoc ships
 is a real sentencepiece model (small vocabulary), shards are real MindRecord files read back
 through mindspore.dataset.MindDataset.
 """
-import gzip
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pretrain.config.compose import compose
-from pretrain.config.schema import SourceConfig
 from pretrain.data import prepare
 from pretrain.data.loader import BatchLoader
-
-SEQ = 64
-
-
-def paragraphs():
-    """Distinct real English paragraphs (prose, not operator tables), in a stable order."""
-    from pydoc_data.topics import topics
-
-    from pretrain.data.clean import symbol_ratio
-    seen, out = set(), []
-    for name in sorted(topics):
-        for p in topics[name].split("\n\n"):
-            p = " ".join(p.split())
-            if len(p) >= 120 and symbol_ratio(p) < 0.15 and p not in seen:
-                seen.add(p)
-                out.append(p)
-    return out
-
-
-def data_cfg(cache, sources, **over):
-    overrides = [f"data.cache_dir={cache}", "data.tokenizer.vocab_size=400",
-                 "data.tokenizer.byte_fallback=false", f"model.seq_length={SEQ}", "data.val_fraction=0.1",
-                 "data.workers=1",
-                 *[f"data.{k}={v}" for k, v in over.items()]]
-    cfg = compose(overrides).data
-    cfg.sources = {name: SourceConfig(paths=[str(p) for p in paths]) for name, paths in sources.items()}
-    return cfg
-
-
-def write_jsonl(path: Path, texts):
-    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    return path
+from tests.helpers.data_files import SEQ, data_cfg, two_sources
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """Two sources: 'web' (jsonl, jsonl.gz) and 'books' (.txt files), 400 and 150 documents."""
-    root = tmp_path_factory.mktemp("corpus")
-    paras = paragraphs()
-    web, books = root / "web", root / "books"
-    web.mkdir(), books.mkdir()
-    write_jsonl(web / "a.jsonl", paras[:200])
-    plain = write_jsonl(root / "tmp.jsonl", paras[200:400])
-    (web / "b.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
-    for i, p in enumerate(paras[400:550]):
-        (books / f"{i:03d}.txt").write_text(p)
-    return {"web": [web], "books": [books]}
+    return two_sources(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")
 def prepared(corpus, tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    return prepare(data_cfg(cache, corpus, num_shards=2), progress=False)
+    return prepare(data_cfg(tmp_path_factory.mktemp("cache"), corpus, num_shards=2), progress=False)
 
 
 _WRITE_THEN_READ = """

@@ -16,46 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pretrain.data import prepare
-from pretrain.data.loader import BatchLoader
-from pretrain.data.prepare import Prepared
-from pretrain.train.metrics import read_metrics
-from tests.unit.test_data_pipeline import SEQ, data_cfg, paragraphs, write_jsonl
-from tests.e2e.test_resume_data_identity import ARGS, corpus
 
-BATCH = 4
+from pretrain.train.metrics import read_metrics
+from tests.helpers.files_run import ARGS, corpus
+from tests.helpers.verified_cache import build, overwrite
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A small prepared cache and every batch of one pass over its train rows, from a clean cache;
-    never modified: tests work on copies."""
-    root = tmp_path_factory.mktemp("verified")
-    src = root / "src"
-    src.mkdir()
-    write_jsonl(src / "a.jsonl", paragraphs()[:300])
-    cache = root / "cache"
-    prepared = prepare(data_cfg(cache, {"web": [src]}), progress=False)
-    rows = prepared["web"].manifest["train"]["rows"]
-    steps = -(-rows // BATCH)          # one epoch's permutation: every row once
-    return src, cache, [loader(prepared).batch(s) for s in range(steps)]
-
-
-def loader(prepared, **kw):
-    return BatchLoader(prepared, {"web": 1.0}, batch_size=BATCH, seq_length=SEQ, seed=3, **kw)
-
-
-def copy(built, tmp_path):
-    """The prepared dataset of a copy of the cache (as prepare would find it, without composing)."""
-    cache = tmp_path / "cache"
-    shutil.copytree(built[1], cache)
-    return {"web": Prepared.load(next((cache / "datasets").iterdir()), reused=True)}
-
-
-def overwrite(path: Path, at: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(data)
+    return build(tmp_path_factory.mktemp("verified"))
 
 
 def train(cwd: Path, run: str, cache: str):

@@ -146,7 +146,7 @@ def test_min_chars_asks_a_chinese_text_for_a_sentence_as_it_asks_english():
 def test_the_clean_key_names_the_wide_weight_and_its_letters(tmp_path, monkeypatch):
     """A cache cleaned by another weight or table is another key, never reused for this one."""
     from pretrain.data.prepare import _plan
-    from tests.unit.test_data_pipeline import data_cfg, write_jsonl
+    from tests.helpers.data_files import data_cfg, write_jsonl
     src = tmp_path / "src"
     src.mkdir()
     write_jsonl(src / "a.jsonl", ["一篇文档", "another one"])

@@ -7,9 +7,7 @@ traceback and a temp dir; a source whose every document was dropped said "no val
 """
 import gzip
 import json
-import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +18,8 @@ import zstandard
 from pretrain.data import prepare, stages
 from pretrain.data.engine import LocalEngine
 from pretrain.data.sources import Doc, Drop, read_documents
-from tests.unit.test_data_pipeline import data_cfg, paragraphs
+from tests.helpers.data_cli import temp_dirs
+from tests.helpers.data_files import data_cfg, jsonl_with_one_bad_line, paragraphs
 
 CLEAN = {"normalize": "NFC", "min_chars": 1, "max_chars": 4000, "max_symbol_ratio": 0.9,
          "max_repeated_line_fraction": 1.0}
@@ -28,29 +27,9 @@ PROSE3 = ["first document, plain prose", "second", "third document, plain prose"
 DEDUP = {"exact": True, "near": True, "threshold": 0.8, "num_perm": 32, "shingle": 3}
 
 
-def temp_dirs(cache: Path):
-    return sorted(str(p) for p in cache.rglob(".*tmp*")) if cache.exists() else []
-
-
-def cli_data(tmp_path, *args, cache=None):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cache or tmp_path / "cache")
-    args = ["data=files", "~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
-            "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args]
-    return subprocess.run([sys.executable, "-m", "pretrain.data", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def _jsonl_with_one_bad_line(path: Path, texts, bad_line: bytes) -> Path:
-    lines = [json.dumps({"text": t}).encode() for t in texts]
-    lines[1] = bad_line
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    return path
-
-
 def test_a_lone_surrogate_drops_only_its_document(tmp_path):
     texts = paragraphs()[:100]
-    src = _jsonl_with_one_bad_line(tmp_path / "s.jsonl", texts, b'{"text": "\\ud800 abc"}')
+    src = jsonl_with_one_bad_line(tmp_path / "s.jsonl", texts, b'{"text": "\\ud800 abc"}')
     items = list(read_documents([src], "text", 10_000))
     assert [i.reason for i in items if isinstance(i, Drop)] == ["invalid_unicode"]
     assert len([i for i in items if isinstance(i, Doc)]) == 99
@@ -59,14 +38,14 @@ def test_a_lone_surrogate_drops_only_its_document(tmp_path):
 def test_a_nul_byte_on_line_2_keeps_every_document(tmp_path):
     texts = paragraphs()[:100]
     raw = json.dumps({"text": texts[1]}).encode()
-    src = _jsonl_with_one_bad_line(tmp_path / "n.jsonl", texts, raw[:30] + b"\0" + raw[30:])
+    src = jsonl_with_one_bad_line(tmp_path / "n.jsonl", texts, raw[:30] + b"\0" + raw[30:])
     items = list(read_documents([src], "text", 10_000))
     assert all(isinstance(i, Doc) for i in items) and len(items) == 100      # was: Drop("binary") x 1
     assert "\0" in items[1].text                                               # the cleaner removes it
 
 
 def test_a_line_nested_too_deep_for_json_is_malformed_not_a_crash(tmp_path):
-    src = _jsonl_with_one_bad_line(tmp_path / "d.jsonl", PROSE3, b"[" * 100_000 + b"]" * 100_000)
+    src = jsonl_with_one_bad_line(tmp_path / "d.jsonl", PROSE3, b"[" * 100_000 + b"]" * 100_000)
     items = list(read_documents([src], "text", 10_000))                # was: RecursionError
     assert [i.reason if isinstance(i, Drop) else "doc" for i in items] == ["doc", "malformed_json", "doc"]
 

@@ -7,7 +7,7 @@ import pytest
 
 from pretrain.data import prepare
 from pretrain.data.prepare import _plan
-from tests.unit.test_data_pipeline import data_cfg, paragraphs, write_jsonl
+from tests.helpers.data_files import data_cfg, paragraphs, write_jsonl
 
 
 def test_the_clean_key_follows_a_same_size_edit_with_its_mtime_restored(tmp_path):

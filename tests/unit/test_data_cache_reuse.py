@@ -15,7 +15,7 @@ from pretrain.config.errors import PretrainDataError
 from pretrain.data import prepare
 from pretrain.data import tokenizer as tokenizers
 from pretrain.data.loader import BatchLoader
-from tests.unit.test_data_pipeline import SEQ, data_cfg, paragraphs, write_jsonl
+from tests.helpers.data_files import SEQ, data_cfg, paragraphs, write_jsonl
 
 
 @pytest.fixture(scope="module")

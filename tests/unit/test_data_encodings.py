@@ -16,13 +16,7 @@ from pretrain.data import prepare
 from pretrain.data.charsets import Decoding
 from pretrain.data.prepare import _plan
 from pretrain.data.sources import Doc, Drop, read_documents, read_jsonl_range
-from tests.unit.test_data_pipeline import data_cfg, paragraphs, write_jsonl
-
-ZH = ["北京是中华人民共和国的首都，也是全国的政治中心和文化中心，有三千多年的建城史。",
-      "长江是中国第一长河，全长约六千三百公里，流经青海、西藏、四川、云南等十一个省级行政区。",
-      "今天天气很好，我们一家人去公园散步，看到很多老人在下棋，孩子们在草地上放风筝。",
-      "这本书讲述了一个普通农民家庭在改革开放以后四十年里的生活变化，语言朴实，感情真挚。",
-      "研究人员发现，适量运动可以改善睡眠质量，并且有助于降低心血管疾病的发病风险。"]
+from tests.helpers.data_files import ZH, data_cfg, paragraphs, write_jsonl
 
 
 def read(paths, encoding=None, max_chars=1_000_000):

@@ -8,8 +8,6 @@ recursive in the data step but not in the check before a launch, which refused a
 """
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,18 +15,9 @@ import pytest
 from pretrain.config import validate
 from pretrain.config.errors import PretrainDataError
 from pretrain.data.sources import Doc, Drop, read_documents, resolve_files
-from tests.unit.test_data_pipeline import paragraphs, write_jsonl
+from tests.helpers.data_files import paragraphs, write_jsonl
 
 PROSE = ["first document, plain prose", "second document, plain prose", "third document, plain prose"]
-
-
-def cli_data(cwd: Path, *args, timeout=120):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cwd / "cache")
-    args = ["data=files", "~data.sources.reasoning", "~data.sources.anneal", "data.tokenizer.vocab_size=400",
-            "data.tokenizer.byte_fallback=false", "model.seq_length=64", "data.workers=1", *args]
-    return subprocess.run([sys.executable, "-m", "pretrain.data", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_mostly_sparse_file_is_refused_at_once(tmp_path):
@@ -125,7 +114,7 @@ def test_small_files_are_read_in_groups_that_depend_on_the_files_only(tmp_path, 
 
 
 def test_many_small_files_give_the_shards_one_task_per_file_gave(tmp_path, monkeypatch):
-    from tests.unit.test_data_pipeline import data_cfg
+    from tests.helpers.data_files import data_cfg
     from pretrain.data import prepare, stages
     src = tmp_path / "src"
     src.mkdir()

@@ -22,7 +22,7 @@ from pretrain.data.hashing import dedup_words, is_validation, words_digest
 from pretrain.data.mixture import MixtureSchedule, apportion
 from pretrain.data.pack import ConcatPacker, Docs, best_fit_decreasing, pack_best_fit
 from pretrain.data.sources import Doc, Drop, read_documents, resolve_files, split_text
-from tests.unit.test_data_pipeline import paragraphs
+from tests.helpers.data_files import paragraphs
 
 PROSE = [
     "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",

@@ -8,62 +8,26 @@ mismatch rebuilds it from the verified shard (one warning line) and the batches 
 and token ids beyond the vocabulary are one line naming the shard, the row and the id.
 """
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pretrain.config.errors import PretrainDataError
-from pretrain.data import prepare, rowcache
-from pretrain.data.loader import BatchLoader
-from pretrain.data.prepare import Prepared
+from pretrain.data import rowcache
 from pretrain.data.rowcache import ShardRows
-from pretrain.train.metrics import read_metrics
-from tests.unit.test_data_pipeline import SEQ, data_cfg, paragraphs, write_jsonl
-from tests.e2e.test_resume_data_identity import ARGS
-
-BATCH = 4
+from tests.helpers.data_files import SEQ
+from tests.helpers.verified_cache import build, copy, loader, overwrite
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A small prepared cache and every batch of one pass over its train rows, from a clean cache;
-    never modified: tests work on copies."""
-    root = tmp_path_factory.mktemp("verified")
-    src = root / "src"
-    src.mkdir()
-    write_jsonl(src / "a.jsonl", paragraphs()[:300])
-    cache = root / "cache"
-    prepared = prepare(data_cfg(cache, {"web": [src]}), progress=False)
-    rows = prepared["web"].manifest["train"]["rows"]
-    steps = -(-rows // BATCH)          # one epoch's permutation: every row once
-    return src, cache, [loader(prepared).batch(s) for s in range(steps)]
-
-
-def loader(prepared, **kw):
-    return BatchLoader(prepared, {"web": 1.0}, batch_size=BATCH, seq_length=SEQ, seed=3, **kw)
-
-
-def copy(built, tmp_path):
-    """The prepared dataset of a copy of the cache (as prepare would find it, without composing)."""
-    cache = tmp_path / "cache"
-    shutil.copytree(built[1], cache)
-    return {"web": Prepared.load(next((cache / "datasets").iterdir()), reused=True)}
+    return build(tmp_path_factory.mktemp("verified"))
 
 
 def cache_file(prepared, suffix: str) -> Path:
     return next(prepared["web"].dir.glob(f"train-*{suffix}"))
-
-
-def overwrite(path: Path, at: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(at)
-        f.write(data)
 
 
 def warnings(capsys):
@@ -204,14 +168,3 @@ def test_token_ids_beyond_the_vocabulary_are_one_line_naming_shard_row_and_id(bu
     row, token = (int(x) for x in re.search(r"row (\d+): token id (\d+) ", message).groups())
     assert token >= 50 and token in np.load(cache_file(prepared, ".ids.npy"))[row]
     assert loader(prepared, vocab_size=400).batch(0)["input_ids"].max() < 400
-
-
-def train(cwd: Path, run: str, cache: str):
-    """`python -m pretrain` (a shrunken phase=general run on cwd/data) into cwd/run: its train losses
-    and the process."""
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cwd / cache)
-    proc = subprocess.run([sys.executable, "-m", "pretrain", *ARGS, f"run_dir={cwd / run}"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return [r["loss"] for r in read_metrics(cwd / run / "metrics.jsonl") if r["kind"] == "train"], proc

@@ -9,7 +9,7 @@ from pretrain.config.resolved import ResolvedRun
 from pretrain.data.manifest import summary_table
 from pretrain.data.prepare import prepare
 from pretrain.train.build import val_loader
-from tests.unit.test_data_pipeline import data_cfg, paragraphs, write_jsonl
+from tests.helpers.data_files import data_cfg, paragraphs, write_jsonl
 
 
 @pytest.fixture(scope="module")
