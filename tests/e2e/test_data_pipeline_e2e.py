@@ -9,22 +9,14 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from pretrain.data import prepare
-from pretrain.data.loader import BatchLoader
-from tests.helpers.data_files import SEQ, data_cfg, two_sources
+from tests.helpers.data_files import two_sources
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     return two_sources(tmp_path_factory.mktemp("corpus"))
-
-
-@pytest.fixture(scope="module")
-def prepared(corpus, tmp_path_factory):
-    return prepare(data_cfg(tmp_path_factory.mktemp("cache"), corpus, num_shards=2), progress=False)
 
 
 _WRITE_THEN_READ = """
@@ -56,23 +48,6 @@ def test_writing_shards_never_imports_mindspore(tmp_path):
     assert got["rows"] == [2, 2]
     assert got["ids"] == [[list(range(0, 5)), list(range(10, 15))], [list(range(5, 10)), list(range(15, 20))]]
     assert got["segs"] == [[2, 3, 1, 4], [5, 5, 5]]
-
-
-# ---------------------------------------------------------------- loader
-
-def loader(prepared, weights=None, **kw):
-    args = {"batch_size": 4, "seq_length": SEQ, "seed": 11, **kw}
-    return BatchLoader(prepared, weights or {"web": 0.7, "books": 0.3}, **args)
-
-
-def realised_shares(ld, steps):
-    """Share of real (non-padding) tokens each dataset contributed to the loader's batches over
-    `steps` (an int n means steps 0..n-1)."""
-    steps = np.arange(steps) if isinstance(steps, (int, np.integer)) else np.fromiter(steps, np.int64)
-    tokens = np.zeros(len(ld.names), np.float64)
-    for d, _, rows in ld._draw(ld.slots(steps)):
-        tokens[d] += ld.views[d].tokens[rows].sum()
-    return {n: float(t / tokens.sum()) for n, t in zip(ld.names, tokens)}
 
 
 # ---------------------------------------------------------------- CLI

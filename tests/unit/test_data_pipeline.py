@@ -15,6 +15,8 @@ from pretrain.data.docstore import DocStore
 from pretrain.data.loader import BatchLoader
 from pretrain.data.pack import split_long
 from tests.helpers.data_files import SEQ, data_cfg, paragraphs, two_sources, write_jsonl
+from tests.helpers.loader_shares import realised_shares
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
@@ -261,16 +263,6 @@ def test_an_epoch_visits_every_row_once(prepared):
     seen = [ld.batch(s)["input_ids"][0].tobytes() for s in range(n)]
     assert len(set(seen)) == n
     assert ld.batch(n)["input_ids"][0].tobytes() in set(seen)      # the next epoch, reshuffled
-
-
-def realised_shares(ld, steps):
-    """Share of real (non-padding) tokens each dataset contributed to the loader's batches over
-    `steps` (an int n means steps 0..n-1)."""
-    steps = np.arange(steps) if isinstance(steps, (int, np.integer)) else np.fromiter(steps, np.int64)
-    tokens = np.zeros(len(ld.names), np.float64)
-    for d, _, rows in ld._draw(ld.slots(steps)):
-        tokens[d] += ld.views[d].tokens[rows].sum()
-    return {n: float(t / tokens.sum()) for n, t in zip(ld.names, tokens)}
 
 
 def test_realised_shares_follow_the_weights(prepared):

@@ -11,7 +11,7 @@ from pretrain.data.chinese import prose
 from pretrain.data.docstore import DocStore
 from pretrain.data.hashing import is_validation
 from pretrain.data.loader import BatchLoader
-from tests.unit.test_data_pipeline import realised_shares
+from tests.helpers.loader_shares import realised_shares
 
 pytestmark = pytest.mark.slow
 
