@@ -11,6 +11,7 @@ from pretrain.model import builder
 from pretrain.model import mindformers_config as mfc
 from pretrain.model import sandwich
 from pretrain.plan.planner import model_shape, param_count
+from tests.helpers.mindformers_load import load_as_mindformers_does
 from tests.helpers.models import SHRINK
 
 LAYERS = 4
@@ -145,8 +146,6 @@ def test_dssn_yaml_passes_mindformers_checks_on_1024_devices_and_post_norms_spli
     from mindformers.parallel_core.training_graph.transformer.identity_op import IdentityOp
     from mindformers.parallel_core.utils.spec_utils import build_module
     from mindformers.tools import check_rules
-
-    from tests.e2e.test_launch_parallel_config import load_as_mindformers_does
 
     cfg = compose_many([
         "model=pangu_ultra_135b", "hardware=ascend910b_128x8", "parallel=dp8tp8pp16", "parallel.vpp=1",
