@@ -5,11 +5,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from omegaconf import OmegaConf
 
 from tests.helpers.repo import REPO
 
 
+@pytest.mark.slow   # reads every module's source in a process: 8 s under load, to keep the default suite within 5 minutes
 def test_the_command_prints_the_graph_and_exits_zero():
     proc = subprocess.run([sys.executable, "-m", "pretrain.tools.imports"], cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=False)

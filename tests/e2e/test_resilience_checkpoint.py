@@ -279,6 +279,7 @@ DISK_REFUSES = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow   # a mindspore save on a full tmpfs: 8 s under load, to keep the default suite within 5 minutes
 def test_disk_refusing_writes_keeps_previous(tmp_path):
     directory, events = tmp_path / "ckpt", tmp_path / "events.jsonl"
     script = DISK_REFUSES.format(repo=str(REPO), directory=str(directory), events=str(events))

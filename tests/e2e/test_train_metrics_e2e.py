@@ -3,9 +3,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.repo import REPO
 
 
+@pytest.mark.slow   # a process importing mindspore: 8 s under load, to keep the default suite within 5 minutes
 def test_tensorboard_before_mindspore_leaves_mindspore_importable(tmp_path):
     # tensorboardX loads protobuf; MindSpore's generated modules then need its pure-Python backend
     code = (

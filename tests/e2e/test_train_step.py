@@ -122,6 +122,7 @@ def test_accumulating_uneven_micro_batches_equals_one_big_batch_token_weighted(r
         np.testing.assert_allclose(after_a[k], after_w[k], rtol=1e-4, atol=1e-5)  # Adam: ~1e-3 steps
 
 
+@pytest.mark.slow   # two graph compiles: 10 s under load, to keep the default suite within 5 minutes
 def test_the_lr_input_drives_the_update_without_recompiling(runtime, cfg):
     step = make_step(cfg)
     batch = [RandomTokens(2).batch(0)]

@@ -181,6 +181,7 @@ def test_minhash_signatures_are_datasketchs_bit_for_bit():
             assert sig.dtype == ref.hashvalues.dtype and np.array_equal(sig, ref.hashvalues), text[:40]
 
 
+@pytest.mark.slow   # every code point of the plane, both ways: 7 s under load, to keep the default suite within 5 minutes
 def test_translated_words_are_dedup_words_for_every_character():
     """hashing.joined_words (bytes.translate when no character above U+007F is a word character)
     against the regex, for every code point beside ASCII words and alone, and mixed texts."""
@@ -193,6 +194,7 @@ def test_translated_words_are_dedup_words_for_every_character():
         assert joined_words(text) == " ".join(dedup_words(text)).encode("utf-8", "surrogatepass"), text[:40]
 
 
+@pytest.mark.slow   # numba compiles the words kernel (cold cache in CI): 20 s under load, to keep the default suite within 5 minutes
 def test_compiled_words_are_dedup_words_for_every_character():
     """fasthash.words_of (the read stage's compiled scan of the UTF-8 bytes) against dedup_words, for
     every code point of the basic multilingual plane and ones beyond it (the Python path)."""
@@ -232,6 +234,7 @@ def test_shingle_units_are_characters_of_unspaced_scripts_and_words_elsewhere():
         assert units(text) == [joined[a:b] for a, b in unit_spans(joined)], hex(c)
 
 
+@pytest.mark.slow   # numba compiles the MinHash kernel (cold cache in CI): 9 s under load, to keep the default suite within 5 minutes
 def test_compiled_minhash_is_the_numpy_one_bit_for_bit():
     from pretrain.data.fasthash import words_of
     for num_perm, n in ((128, 5), (16, 1), (16, 3)):
