@@ -32,6 +32,7 @@ def bench(tmp_path, data_cache):
     return run
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_resilience_bench_quick(bench):
     """Save stall, background write, verify and load of a shrunken model's checkpoint: seconds."""
     out, scratch = bench("pretrain.bench.resilience", "--repeats", "1", "--steps", "1", *SMALL_MODEL)

@@ -144,6 +144,7 @@ def test_sweep_definition_from_sweeps_dir(run_once):
     assert not any("sandwich_norm" in r["reason"] for r in rows)
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_data_app_has_its_own_help(cli, tmp_path):
     trainer = cli("--help", check=True).stdout
     data = subprocess.run([sys.executable, "-m", "pretrain.data", "--help"], cwd=tmp_path, capture_output=True,

@@ -37,6 +37,7 @@ print(json.dumps({"mindspore_while_writing": loaded, "rows": [e["rows"] for e in
 """
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_writing_shards_never_imports_mindspore(tmp_path):
     """The writer loads MindSpore's C++ MindRecord extension alone (pretrain.data.mindrecord_file),
     not mindspore (1.4-1.8 CPU-s a data build would pay); MindDataset reads the rows back, round-robin

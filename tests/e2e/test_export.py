@@ -199,6 +199,7 @@ def test_transformers_loads_the_config_and_tokenizer_with_our_ids(make_run, tmp_
     assert tok("北京")["input_ids"][0] != tok.bos_token_id, "no BOS the model never trained on"
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_a_fast_tokenizer_that_would_encode_differently_is_left_out_with_the_reason(sp_model, tmp_path):
     """In a process of its own: the conversion imports transformers' protobuf-generated sentencepiece
     model, after which MindSpore (the later tests here) no longer imports its own protobuf modules."""
@@ -213,6 +214,7 @@ def test_a_fast_tokenizer_that_would_encode_differently_is_left_out_with_the_rea
     assert not (tmp_path / "tokenizer.json").exists() and (tmp_path / "tokenizer.model").is_file()
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_a_large_model_is_sharded_with_an_index_and_bf16_is_rounded_to_nearest_even(make_run, tmp_path):
     run, _, made = make_run()
     proc = export(run, tmp_path / "hf", "--max-shard-gb", "0.0002", "--dtype", "bfloat16")
@@ -230,6 +232,7 @@ def test_a_large_model_is_sharded_with_an_index_and_bf16_is_rounded_to_nearest_e
     assert list(hf_dir.cast(ties, "F32", "BF16")) == [0x3F80, 0x3F82, 0xBF80]
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_the_newest_checkpoint_that_verifies_is_exported_and_a_named_corrupt_one_is_refused(make_run,
                                                                                              tmp_path):
     run, _, made = make_run(steps=(10, 20))
@@ -249,6 +252,7 @@ def test_the_newest_checkpoint_that_verifies_is_exported_and_a_named_corrupt_one
     assert (run / "checkpoints" / "step_00000020").is_dir(), "a reader moves nothing in the run dir"
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_the_checkpoints_own_model_config_wins_over_a_rewritten_config_yaml(make_run, tmp_path):
     run, arch, _ = make_run()
     state_file = run / "checkpoints" / "step_00000010" / STATE
@@ -262,6 +266,7 @@ def test_the_checkpoints_own_model_config_wins_over_a_rewritten_config_yaml(make
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["rope_theta"] == 500000.0
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_a_mindformers_run_exports_the_checkpoint_its_meta_json_names(make_run, tmp_path):
     """MindFormers' layout (rank_0/<prefix>_rank_0-<epoch>_<step>.safetensors, meta.json): the file the
     trainer would resume from, its step the step_num stored in it (a resumed start's names count anew)."""

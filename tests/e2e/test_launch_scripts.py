@@ -70,6 +70,7 @@ def test_a_plan_that_does_not_fit_gets_no_node_scripts(cli, tmp_path):
     assert not (tmp_path / "runs" / "llama3_70b-dp8tp4pp2-ascend910b_8x8" / "launch").exists()
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_slurm_submits_all_nodes_and_each_node_gets_its_rank(cli, tmp_path, stand_ins):
     env, calls = stand_ins
     cli(*BIG, check=True)
@@ -91,6 +92,7 @@ def test_slurm_submits_all_nodes_and_each_node_gets_its_rank(cli, tmp_path, stan
     assert all(a["master_addr"] == "n-a" and a["worker_num"] == "64" and a["local_worker_num"] == "8" for a in nodes)
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_launcher_print_and_dry_run_say_what_would_run_and_start_nothing(cli, tmp_path, stand_ins):
     env, calls = stand_ins
     proc = cli("parallel=dp2", "hardware=cpu_2proc", "launcher=print", "hardware.master_port=29501",

@@ -56,6 +56,7 @@ def test_a_run_dir_that_cannot_be_created(tmp_path, logging):
 
 
 @pytest.mark.parametrize("logging", [[], ["hydra/job_logging=none"]], ids=["job_log", "no_job_log"])
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_an_existing_read_only_run_dir(tmp_path, logging):
     run_dir = tmp_path / "run"
     assert pretrain(tmp_path, f"run_dir={run_dir}", *SMALL, "dry_run=true").returncode == 0

@@ -147,6 +147,7 @@ def test_gradients_are_clipped_to_the_global_norm_and_not_at_all_with_clip_0(cli
     assert out["grad_norm"] > 1e-3
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_an_overflowing_step_is_skipped_and_the_loss_scale_backs_off(runtime, cfg):
     import mindspore as ms
 

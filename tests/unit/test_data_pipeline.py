@@ -131,6 +131,7 @@ def test_compiled_dedup_keeps_the_same_documents(tmp_path, monkeypatch):
            [s["sha256"] for s in compiled.manifest["train"]["shards"]]
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_more_partitions_for_a_larger_input_keep_the_same_documents(tmp_path, monkeypatch):
     """Partition counts follow the input size (stages.partitions): the same corpus cut into 8 or
     into 64 exact/near partitions keeps and drops the same documents."""
@@ -157,6 +158,7 @@ def test_second_prepare_reuses_and_a_config_change_rebuilds(corpus, prepared, tm
     assert other["web"].manifest["keys"]["clean"] == prepared["web"].manifest["keys"]["clean"]  # stage reused
 
 
+@pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_output_does_not_depend_on_the_number_of_workers(corpus, tmp_path, monkeypatch):
     from pretrain.data import docstore
     monkeypatch.setattr(docstore, "CHUNK_BYTES", 8192)        # many tokenize chunks and read splits,
