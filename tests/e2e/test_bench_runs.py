@@ -1,7 +1,7 @@
 """Every benchmark runs (issue 40): each `python -m pretrain.bench.<name>` as a user starts it, in its
 tiniest form (the shrunken model, a few steps or repeats), to the end of its report. What is checked is
 that the report is complete and consistent, never a timing: the figures are the benchmark's to measure
-on an idle machine. (bench.data has its own tests: tests/test_bench_data.py.)"""
+on an idle machine. (bench.data has its own tests: tests/unit/test_bench_data.py, tests/e2e/test_bench_data_e2e.py.)"""
 import json
 import re
 import subprocess
@@ -43,6 +43,19 @@ def test_resilience_bench_quick(bench):
                 "load incl. verify"):
         assert re.search(rf"{re.escape(row)}\s+{NUMBER} ms", out), (row, out)
     assert list(scratch.iterdir()) == []   # its checkpoints were a TemporaryDirectory
+
+
+@pytest.mark.slow   # ~12 s: two labelled corpora through the dedup stages and datasketch
+def test_recall_bench(bench):
+    """The near-dedup recall table, per kind and band of Jaccard, beside datasketch's, on a Chinese and an
+    English corpus of 0.1 MB; its verdict line."""
+    out, scratch = bench("pretrain.bench.recall", "--kinds", "zh-short,en-long", "--mb", "0.1", "--workers", "1")
+    for kind in ("zh-short", "en-long"):
+        bands = re.findall(rf"^{kind}\s+(>= 0\.9|0\.8-0\.9|0\.7-0\.8|0\.6-0\.7|< 0\.6)\s+\d+", out, re.M)
+        assert bands == [">= 0.9", "0.8-0.9", "0.7-0.8", "0.6-0.7", "< 0.6"], out
+        assert re.search(rf"^{kind}\s+unique documents dropped as near duplicates: \d+/\d+", out, re.M), out
+    assert re.search(r"^goals: (all met|MISSED: .+)$", out, re.M), out
+    assert list(scratch.iterdir()) == []   # its corpora were a TemporaryDirectory
 
 
 @pytest.mark.slow   # ~1 min: five variants compile their own graphs
