@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from pretrain.plan.tolerance import medians, table
+from pretrain.plan.tolerance import medians, row_line, table
 
 MODEL = ["model.hidden_size=128", "model.num_layers=4", "model.num_heads=4", "model.num_kv_heads=2",
          "model.ffn_hidden_size=344", "model.max_position_embeddings=128"]
@@ -106,7 +106,7 @@ def one_round(out, steps, extra):
                          "planned_gb": plan["peak_gb"] + plan["framework_gb"],
                          "measured_gb": measured["memory_gb"], "wall_s": wall, "source": plan["calibration"],
                          "planned_comm_s": plan["comm"]["dp_s"], "measured_comm_s": phase.get("comm_s")})
-            print(_line(rows[-1]), flush=True)
+            print(row_line(rows[-1]), flush=True)
     (out / "results.json").write_text(json.dumps(rows, indent=1))
     return rows
 

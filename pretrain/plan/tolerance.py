@@ -22,7 +22,8 @@ def medians(rounds):
     return "\n".join(lines)
 
 
-def _line(r):
+def row_line(r):
+    """One measured config beside its plan, as the table prints it (the benchmark prints each as it ends)."""
     ratio = r["measured_step_s"] / r["planned_step_s"]
     return (f"{r['hardware']:<10}{r['seq']:>5}{r['batch']:>6}{r['planned_step_s']:>10.3f}{r['measured_step_s']:>10.3f}"
             f"{ratio:>7.2f}{'yes' if abs(ratio - 1) <= TOLERANCE else 'NO':>6}{r['planned_gb']:>9.2f}"
@@ -34,5 +35,5 @@ def table(rows):
     head = (f"{'hardware':<10}{'seq':>5}{'batch':>6}{'plan s':>10}{'meas s':>10}{'ratio':>7}{'<15%':>6}"
             f"{'plan GB':>9}{'meas GB':>9}{'wall s':>8}{'plan ar s':>10}{'meas ar s':>10}")
     within = sum(abs(r["measured_step_s"] / r["planned_step_s"] - 1) <= TOLERANCE for r in rows)
-    return "\n".join([head, *map(_line, rows), f"{within} of {len(rows)} within {TOLERANCE:.0%} "
+    return "\n".join([head, *map(row_line, rows), f"{within} of {len(rows)} within {TOLERANCE:.0%} "
                       f"(calibration: {rows[0]['source'] if rows else '-'})"])
