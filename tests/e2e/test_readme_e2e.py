@@ -69,14 +69,11 @@ def how_to_run(command):
 SLOW_COMMANDS = ("python -m pretrain.data", "python -m pretrain --config-name", "python -m pretrain -m ")
 
 
-def _in_docs_only(command):
-    """A command only docs/ pages show: the slow run's (~2 s each, ~20 of them), to keep the default
-    suite within its 5 minutes; README's and --help's run in the default suite."""
-    return command not in commands([*code_lines(README.read_text()), *help_lines()])
-
-
-def _case(command):
-    marks = [pytest.mark.slow] if command.startswith(SLOW_COMMANDS) or _in_docs_only(command) else []
+def _case(command, readme_and_help):
+    """A command only docs/ pages show (not in `readme_and_help`) is the slow run's (~2 s each, ~20 of
+    them), to keep the default suite within its 5 minutes; README's and --help's run in the default one."""
+    docs_only = command not in readme_and_help
+    marks = [pytest.mark.slow] if command.startswith(SLOW_COMMANDS) or docs_only else []
     return pytest.param(command, id=command[len("python -m "):] or command, marks=marks)
 
 
@@ -87,7 +84,10 @@ def test_a_shell_accepts_the_line_as_shown(line):
     assert proc.returncode == 0, f"bash cannot parse {line!r}: {proc.stderr.strip()}"
 
 
-@pytest.mark.parametrize("command", [_case(c) for c in commands()])
+_README_AND_HELP = set(commands([*code_lines(README.read_text()), *help_lines()]))
+
+
+@pytest.mark.parametrize("command", [_case(c, _README_AND_HELP) for c in commands()])
 def test_the_command_runs(command, run_once):
     argv, skip = how_to_run(command)
     if skip:
