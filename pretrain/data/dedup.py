@@ -44,12 +44,16 @@ class MinHasher:
         a, b = permutations if permutations is not None else _permutations(num_perm)
         self._a, self._b = (np.asarray(x, np.uint32)[None, :] for x in (a, b))
 
-    def signature_of(self, words, compiled: bool) -> np.ndarray:
-        """signature() of a hashing.Words, compiled (fasthash, the same values) or not."""
-        if not compiled:
-            return self.signature(words)
-        from pretrain.data.fasthash import signature
-        return signature(words, self.shingle, self._a[0], self._b[0])
+    def signatures_of(self, views, compiled: bool) -> np.ndarray:
+        """signature() of each hashing.Words, [len(views), num_perm]: compiled (fasthash, one call for
+        them all, the same values) or not."""
+        if compiled:
+            from pretrain.data.fasthash import signatures_of
+            return signatures_of(views, self.shingle, self._a[0], self._b[0])
+        out = np.empty((len(views), self.num_perm), np.uint32)
+        for row, words in zip(out, views):
+            row[:] = self.signature(words)
+        return out
 
     def shingle_hashes(self, words) -> np.ndarray:
         """crc32 of each unit n-gram (the UTF-8 bytes of the words joined by one space, from the

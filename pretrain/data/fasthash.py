@@ -10,6 +10,7 @@ near dedup cost as much CPU as tokenizing the same text.
 Compiled on first use in a process (cached on disk by numba, so later processes only load it).
 """
 import re
+from typing import List, Sequence
 
 import numpy as np
 from numba import njit
@@ -162,28 +163,71 @@ def signatures(data, starts, ends, doc_words, shingle, table, a, b, out):
             sig[p] = m
 
 
+@njit(cache=True, nogil=True)
+def batch_words(data, doc_ends, table, alone, out, starts, ends, out_ends, unit_ends):
+    """utf8_words of each document d of a batch, data[doc_ends[d - 1]:doc_ends[d]], one after another
+    into out/starts/ends (each document's unit bounds relative to its own part of `out`); the end of
+    its part of `out` into out_ends[d] and of its units into unit_ends[d], or -1 into out_ends[d]
+    (nothing written) when it needs the Python path."""
+    o = 0
+    u = 0
+    lo = 0
+    for d in range(len(doc_ends)):
+        hi = doc_ends[d]
+        used, n = utf8_words(data[lo:hi], table, alone, out[o:], starts[u:], ends[u:])
+        if used >= 0:
+            o += used
+            u += n
+            out_ends[d] = o
+        else:
+            out_ends[d] = -1
+        unit_ends[d] = u
+        lo = hi
+    return o
+
+
 _TABLE: list = []
 
 
-def words_of(text: str) -> Words:
-    """The compiled scan of the text's UTF-8 bytes; hashing.dedup_words itself for a text with a
-    character beyond it (see _lower_table: outside the basic multilingual plane, final sigma)."""
+def views_of(encoded: Sequence[bytes], texts: Sequence[str]) -> List[Words]:
+    """The Words of each document (its UTF-8 bytes and its text) by one compiled scan of them all: a
+    call per document cost more than the scan of a short Chinese one. hashing.dedup_view itself for
+    a text with a character beyond it (see _lower_table: outside the basic multilingual plane, final
+    sigma)."""
     if not _TABLE:
         _TABLE.extend((_lower_table(), _alone_table()))
-    data = np.frombuffer(text.encode(), np.uint8)
+    data = np.frombuffer(b"".join(encoded), np.uint8)
+    doc_ends = np.cumsum(np.fromiter(map(len, encoded), np.int64, count=len(encoded)))
     out = np.empty(3 * len(data), np.uint8)     # a lowered character may take 3 bytes for 2
-    # at most a unit per two input bytes: a unit of one ASCII byte has a separator or a 3-byte
-    # unspaced character beside it; every other character takes 2 bytes or more
-    starts, ends = np.empty(len(data) // 2 + 1, np.int64), np.empty(len(data) // 2 + 1, np.int64)
-    used, n = utf8_words(data, *_TABLE, out, starts, ends)
-    if used >= 0:
-        return Words(out[:used].tobytes(), starts[:n], ends[:n])
-    return dedup_view(text)
+    # at most a unit per two input bytes of a document (+1): a unit of one ASCII byte has a separator
+    # or a 3-byte unspaced character beside it; every other character takes 2 bytes or more
+    starts = np.empty(len(data) // 2 + len(encoded), np.int64)
+    ends = np.empty_like(starts)
+    out_ends, unit_ends = np.empty(len(encoded), np.int64), np.empty(len(encoded), np.int64)
+    batch_words(data, doc_ends, *_TABLE, out, starts, ends, out_ends, unit_ends)
+    joined = out[:max(0, int(out_ends.max(initial=0)))].tobytes()
+    views = []
+    o = u = 0
+    for text, o_end, u_end in zip(texts, out_ends.tolist(), unit_ends.tolist()):
+        if o_end < 0:
+            views.append(dedup_view(text))
+            continue
+        views.append(Words(joined[o:o_end], starts[u:u_end], ends[u:u_end]))
+        o, u = o_end, u_end
+    return views
 
 
-def signature(words: Words, shingle: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The document's MinHash (uint32[len(a)]), as dedup.MinHasher.signature computes it."""
-    out = np.empty((1, len(a)), np.uint32)
-    signatures(np.frombuffer(words.joined, np.uint8), words.starts, words.ends,
-               np.array([0, len(words)], np.int64), shingle, CRC_TABLE, a, b, out)
-    return out[0]
+def signatures_of(views: Sequence[Words], shingle: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The MinHash (uint32[len(a)]) of each document, as dedup.MinHasher.signature computes it, by
+    one compiled call for them all: [len(views), len(a)]."""
+    out = np.empty((len(views), len(a)), np.uint32)
+    if not views:
+        return out
+    sizes = np.fromiter(map(len, (w.joined for w in views)), np.int64, count=len(views))
+    shift = np.repeat(np.cumsum(sizes) - sizes, np.fromiter(map(len, views), np.int64, count=len(views)))
+    starts = np.concatenate([w.starts for w in views]) + shift
+    ends = np.concatenate([w.ends for w in views]) + shift
+    doc_words = np.concatenate([[0], np.cumsum([len(w) for w in views])]).astype(np.int64)
+    signatures(np.frombuffer(b"".join(w.joined for w in views), np.uint8), starts, ends, doc_words,
+               shingle, CRC_TABLE, a, b, out)
+    return out

@@ -76,6 +76,8 @@ COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use
                                 # output): numba's start-up in each worker (~0.85 CPU-s, ~150 MB) is
                                 # repaid by ~0.09 CPU-s per MB with near dedup on, ~0.013 with it off
                                 # (only the words: 8x as much input)
+BATCH_DOCS = 512           # a read task hashes its kept documents in batches of this many (or of
+BATCH_CHARS = 1 << 20      # this many characters): one compiled call per batch, not per document
 
 # stage -> (tasks run, tasks reused) of the latest stage run in this process (for tests and logs)
 counts: Dict[str, tuple] = {}
@@ -234,13 +236,6 @@ def read_split(t: ReadTask) -> Dict:
 
 def _read_split(t: ReadTask, tmp: Path) -> Dict:
     clean, dedup = t.clean, t.dedup
-    if t.compiled:
-        from pretrain.data.fasthash import words_of
-
-        def joined(text: str) -> bytes:
-            return words_of(text).joined
-    else:
-        words_of, joined = dedup_view, joined_words
     cleaner = _cached(("clean", json.dumps(clean, sort_keys=True)), lambda: Cleaner(SimpleNamespace(**clean)))
     near = dedup["near"]
     hasher = _cached(("minhash", dedup["num_perm"], dedup["shingle"]),
@@ -253,10 +248,41 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
     writer = DocStoreWriter(tmp)
     digests = bytearray()
     chars: List[int] = []
-    signatures: List[np.ndarray] = []   # MinHash of the signed documents; band keys for all at the end
+    signatures: List[np.ndarray] = []   # MinHash of the signed documents, a batch's rows at a time
     dropped: Counter = Counter()
     undecodable = Undecodable()
     seen = split_docs = extra = 0
+    texts: List[str] = []         # the kept documents of the batch not yet hashed and stored, and
+    keys: List[bytes] = []        # their own held-out keys (b"" for none)
+    batch_chars = 0
+
+    def flush() -> None:
+        """Hash and store the batch's documents, in order. The words digest is the exact-dedup
+        identity and the held-out key of a document without one of its own: skipped when neither
+        needs it (dedup off, no held-out split). Only the MinHash reads each word's place in them
+        (Words); the digest, their bytes alone (by the compiled scan when it is on)."""
+        views = _views(texts, t.compiled) if near or t.compiled else None
+        sign: List = []
+        for i, (text, key) in enumerate(zip(texts, keys)):
+            if near or dedup["exact"] or (held_out and not key):
+                digest = words_digest(views[i].joined if views is not None else joined_words(text))
+            else:
+                digest = bytes(16)
+            writer.add(text, is_validation(key or digest, t.val_fraction))
+            digests.extend(digest)
+            chars.append(len(text))
+            # An exact duplicate of an earlier document of this split is dropped by the exact stage,
+            # before the near stage reads any band key: its signature is not computed.
+            if near and not (dedup["exact"] and digest in earlier):
+                signed.append(len(chars) - 1)
+                sign.append(views[i])
+            if dedup["exact"]:
+                earlier.add(digest)
+        if sign:
+            signatures.append(hasher.signatures_of(sign, t.compiled))
+        texts.clear()
+        keys.clear()
+
     decoding = Decoding(t.source, t.encoding)
     if t.byte_range:
         items = read_jsonl_range(Path(t.files[0]), *t.byte_range, t.text_field, clean["max_chars"], decoding)
@@ -278,24 +304,14 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
         if reason:
             dropped[reason] += 1
             continue
-        # The words digest is the exact-dedup identity and the held-out key of a document without
-        # one of its own: skipped when neither needs it (dedup off, no held-out split). Only the
-        # MinHash reads each word's place in them (Words); the digest, their bytes alone.
-        words = words_of(text) if near else None
-        if near or dedup["exact"] or (held_out and not item.key):
-            digest = words_digest(words.joined if words is not None else joined(text))
-        else:
-            digest = bytes(16)
-        writer.add(text, is_validation(item.key or digest, t.val_fraction))
-        digests += digest
-        chars.append(len(text))
-        # An exact duplicate of an earlier document of this split is dropped by the exact stage,
-        # before the near stage reads any band key: its signature is not computed.
-        if hasher and not (dedup["exact"] and digest in earlier):
-            signed.append(len(chars) - 1)
-            signatures.append(hasher.signature_of(words, t.compiled))
-        if dedup["exact"]:
-            earlier.add(digest)
+        texts.append(text)
+        keys.append(item.key or b"")
+        batch_chars += len(text)
+        if len(texts) == BATCH_DOCS or batch_chars >= BATCH_CHARS:
+            flush()
+            batch_chars = 0
+    if texts:
+        flush()
     writer.close()
     n = len(digests) // 16
     index = np.arange(n, dtype=np.int64)
@@ -306,12 +322,20 @@ def _read_split(t: ReadTask, tmp: Path) -> Dict:
                     index=index, digest=d)
     if near and n:
         m, index = len(signed), np.asarray(signed, np.int64)
-        signed_sigs = np.stack(signatures) if signatures else np.zeros((0, bands * width), np.uint32)
+        signed_sigs = np.concatenate(signatures) if signatures else np.zeros((0, bands * width), np.uint32)
         key = band_keys(signed_sigs, bands, width).reshape(-1)   # document-major: m x bands
         _save_parts(tmp, "band", key % np.uint64(t.parts), t.parts, index=np.repeat(index, bands),
                     band=np.tile(np.arange(bands, dtype=np.int16), m), key=key)
     return {"in": seen, "candidates": n, "dropped": dict(dropped), "undecodable": undecodable.record(),
             "split_for_length": {"documents": split_docs, "extra_pieces": extra}}
+
+
+def _views(texts: List[str], compiled: bool) -> list:
+    """The hashing.Words of each text: by one call of fasthash's kernel for the batch, or in Python."""
+    if not compiled:
+        return [dedup_view(x) for x in texts]
+    from pretrain.data.fasthash import views_of
+    return views_of([x.encode() for x in texts], texts)
 
 
 def partitions(input_bytes: int) -> int:

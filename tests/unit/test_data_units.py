@@ -196,18 +196,27 @@ def test_translated_words_are_dedup_words_for_every_character():
 
 @pytest.mark.slow   # numba compiles the words kernel (cold cache in CI): 20 s under load, to keep the default suite within 5 minutes
 def test_compiled_words_are_dedup_words_for_every_character():
-    """fasthash.words_of (the read stage's compiled scan of the UTF-8 bytes) against dedup_words, for
-    every code point of the basic multilingual plane and ones beyond it (the Python path)."""
-    from pretrain.data.fasthash import words_of
+    """fasthash.views_of (the read stage's compiled scan of a batch's UTF-8 bytes) against dedup_view,
+    for every code point of the basic multilingual plane and ones beyond it (the Python path), each
+    document alone and all of them in one batch (a document that takes the Python path among
+    compiled ones leaves the others' bounds as they were)."""
+    from pretrain.data.fasthash import views_of
     from pretrain.data.hashing import dedup_view
+
+    def views(texts):
+        return views_of([x.encode() for x in texts], texts)
+
     chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000] + ["\U0001F600", "\U00010400"]
-    for ch in chars:
-        text = f"A{ch}b {ch}"
-        got, want = words_of(text), dedup_view(text)
-        assert got.joined == want.joined == " ".join(dedup_words(text)).encode(), hex(ord(ch))
-        assert np.array_equal(got.starts, want.starts) and np.array_equal(got.ends, want.ends), hex(ord(ch))
-    for text in _texts_of_every_kind() + ["ΣΑΣ σας", "İstanbul"]:
-        got, want = words_of(text), dedup_view(text)
+    texts = [f"A{ch}b {ch}" for ch in chars]
+    for text, (got,) in zip(texts, map(views, ([x] for x in texts))):
+        want = dedup_view(text)
+        assert got.joined == want.joined == " ".join(dedup_words(text)).encode(), text
+        assert np.array_equal(got.starts, want.starts) and np.array_equal(got.ends, want.ends), text
+    texts += _texts_of_every_kind() + ["ΣΑΣ σας", "İstanbul"]
+    batch = views(texts)
+    assert len(batch) == len(texts)
+    for text, got in zip(texts, batch):
+        want = dedup_view(text)
         assert got.joined == want.joined and np.array_equal(got.starts, want.starts) \
             and np.array_equal(got.ends, want.ends), text[:40]
 
@@ -236,13 +245,18 @@ def test_shingle_units_are_characters_of_unspaced_scripts_and_words_elsewhere():
 
 @pytest.mark.slow   # numba compiles the MinHash kernel (cold cache in CI): 9 s under load, to keep the default suite within 5 minutes
 def test_compiled_minhash_is_the_numpy_one_bit_for_bit():
-    from pretrain.data.fasthash import words_of
+    """The compiled MinHash of a batch of documents (one call for them all) row for row against the
+    numpy one of each document; a document alone is a batch of one."""
+    from pretrain.data.fasthash import views_of
+    texts = _texts_of_every_kind()
+    views = views_of([x.encode() for x in texts], texts)
     for num_perm, n in ((128, 5), (16, 1), (16, 3)):
         hasher = MinHasher(num_perm, n)
-        for text in _texts_of_every_kind():
-            want = hasher.signature(dedup_words(text))
-            assert np.array_equal(hasher.signature_of(words_of(text), compiled=True), want), text[:40]
-            assert np.array_equal(hasher.signature_of(words_of(text), compiled=False), want), text[:40]
+        want = np.stack([hasher.signature(dedup_words(text)) for text in texts])
+        assert np.array_equal(hasher.signatures_of(views, compiled=True), want)
+        assert np.array_equal(hasher.signatures_of(views, compiled=False), want)
+        assert np.array_equal(hasher.signatures_of(views[3:4], compiled=True), want[3:4])
+        assert hasher.signatures_of([], compiled=True).shape == (0, num_perm)
 
 
 def test_validation_split_is_stable_and_near_the_fraction():
