@@ -42,6 +42,9 @@ FORMATS = (".txt", ".jsonl", ".parquet")
 COMPRESSIONS = ("", ".gz", ".zst")
 _SNIFF = 1 << 16          # bytes looked at to tell a binary file from text
 _BLOCK = 1 << 20          # read size for streamed .txt files
+# strict=False: a raw control character (a NUL, a tab) inside a string is kept for the cleaner to
+# remove, rather than losing the document. One decoder: json.loads(strict=False) builds one per line.
+_JSON = json.JSONDecoder(strict=False)
 # What a broken, truncated or vanished file raises while being read.
 _READ_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
 
@@ -375,11 +378,13 @@ def _jsonl_items(lines, text_field: str, max_chars: int, cs: Charset = charsets.
         if not line.strip():
             continue
         try:
-            # strict=False: a raw control character (a NUL, a tab) inside a string is kept
-            # for the cleaner to remove, rather than losing the document.
-            # utf-8-sig: a byte order mark (what some editors start a file with) is not JSON
-            text = line.decode("utf-8-sig") if utf8 else _decoded(line, cs)
-            obj = json.loads(text, strict=False)
+            if utf8:
+                text = line.decode()
+                if text.startswith("\ufeff"):  # a byte order mark (what some editors start a file with)
+                    text = text[1:]            # is not JSON (the utf-8-sig codec did this, in Python)
+            else:
+                text = _decoded(line, cs)
+            obj = _JSON.decode(text)
         except UnicodeDecodeError:
             yield Drop(cs.reason, where=(path, line_at + charsets.bad_offset(line, cs)))
             continue
