@@ -115,7 +115,7 @@ def _is_word(ch: str) -> bool:
 class Words:
     """A document's dedup_words as the UTF-8 bytes of " ".join(words), and each shingle unit's
     [start, end) in them (unit_spans, in bytes): the exact digest reads the bytes, the MinHash
-    shingles the units (built by dedup_view here, or by the compiled fasthash.words_of, byte for byte
+    shingles the units (built by dedup_view here, or by the compiled fasthash.views_of, byte for byte
     the same). A shingle is n consecutive units, the bytes from the first's start to the last's end."""
     __slots__ = ("joined", "starts", "ends")
 

@@ -71,11 +71,12 @@ MIN_SPLIT_BYTES = 1 << 20  # ... and in a small corpus, one of more than this, s
 READ_TASKS = 16            # about this many read tasks to balance over the workers (the layout
                            # depends on the input files only, never on the engine or worker count)
 GROUP_FILES = 1024         # files of one read task at most (its progress shows per task)
-COMPILED_MIN_BYTES = 8 << 20    # input per worker from which the read tasks use the compiled dedup
+COMPILED_MIN_BYTES = 2 << 20    # input per worker from which the read tasks use the compiled dedup
                                 # kernels (fasthash; the same values, so the choice never shows in the
-                                # output): numba's start-up in each worker (~0.85 CPU-s, ~150 MB) is
-                                # repaid by ~0.09 CPU-s per MB with near dedup on, ~0.013 with it off
-                                # (only the words: 8x as much input)
+                                # output): loading them in each worker (~0.6 CPU-s, ~150 MB) is repaid
+                                # with near dedup on by ~0.26 CPU-s per MB of English prose, 0.3 of
+                                # Chinese-English pages, 0.45-1.2 of Chinese (measured on 0.8 MB); with
+                                # it off by ~0.013 (only the words: 32x as much input)
 BATCH_DOCS = 512           # a read task hashes its kept documents in batches of this many (or of
 BATCH_CHARS = 1 << 20      # this many characters): one compiled call per batch, not per document
 
@@ -549,7 +550,7 @@ def clean_store(src, cfg, out: Path, work: Path, engine, plain: Callable) -> Dic
     lsh = lsh_params(dedup) if dedup["near"] else None
     in_bytes = sum(f.stat().st_size for f in src.files if f.is_file())
     workers = max(1, int(getattr(cfg, "workers", 1) or 1))
-    compiled = in_bytes / workers >= COMPILED_MIN_BYTES * (1 if dedup["near"] else 8)
+    compiled = in_bytes / workers >= COMPILED_MIN_BYTES * (1 if dedup["near"] else 32)
     parts = partitions(in_bytes)
     reads = [ReadTask(str(work / "read" / f"{i:05d}"), i, f, b, src.text_field, clean, dedup,
                       float(cfg.val_fraction), r, lsh, parts=parts, compiled=compiled,
