@@ -8,7 +8,6 @@ the run resumes from; a sweep stopped by a signal writes the summary of the jobs
 (pretrain.sweep.interrupt).
 """
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -20,22 +19,18 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from pretrain import rundir
-from pretrain.config import frozen, validate
+from pretrain.config import validate
 from pretrain.config.errors import USER_ERRORS, PretrainConfigError
 from pretrain.config.resolved import ResolvedRun
-from pretrain.engine import train
-from pretrain.io import write_atomic
-from pretrain.resilience.checkpoint import CheckpointManager, read_state
+from pretrain.resilience.checkpoint import CheckpointManager
 from pretrain.resilience.events import EventLog
-from pretrain.resilience.identity import data_changes, data_identity
-from pretrain.resilience.resume import check_branch, start_point
+from pretrain.resilience.resume import Continuation, start_point
 from pretrain.resilience.signals import StopForced
 from pretrain.sweep import interrupt
 from pretrain.sweep.summary import after_interrupt, plan_row, verdict_line, write_row
 
-# lazy imports (pretrain.data, pretrain.train.probe, pretrain.train.build, pretrain.model.builder): +100-180 ms
-# each and numpy on every dry run; only a job that trains here needs them.
-# lazy imports (pretrain.plan, pretrain.launch): +~20 ms and +~30 ms (controller, msrun, supervise) on every
+# lazy imports (pretrain.train.probe): +100-180 ms and numpy; only plan.calibrate=true runs the probe.
+# lazy imports (pretrain.plan, pretrain.launch): +~20 ms and +~200 ms (the data step, numpy) on every
 # `import pretrain.app`, which --help and a config error pay too; a dry run loads both anyway
 
 
@@ -179,46 +174,15 @@ def execute(cfg: DictConfig) -> Dict[str, Any]:
         return row
     # Held until the launch returns: the in-process run, or msrun and every rank it starts.
     with rundir.RunDirLock(run_dir):
-        begin = accept(run)
-        row.update(start(run, begin))
+        row.update(launch.start(run, accept(run)))
     return row
 
 
-def start(run: ResolvedRun, begin: Any = None) -> Dict[str, Any]:
-    """The run frozen and started: node scripts for several nodes; else the data ready, then trained
-    in this process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`:
-    the checkpoint it continues from (accept), whose data must be what was prepared. Frozen only once
-    the data is ready, so a command the data step refuses leaves config.yaml and plan.json as they were."""
-    from pretrain import launch
-    cfg, run_dir = run.cfg, run.run_dir
-    if cfg.hardware.num_nodes > 1:
-        freeze(run, run_dir)
-        return launch.write_nodes(run)
-    launch.check_host(run)
-    check_branch(run)   # a phase run alone without its base run: say which to train, before the data
-    from pretrain.data.manifest import summary_table
-    from pretrain.data.prepare import prepare
-    from pretrain.model.builder import prepare_environment
-    prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and prepare() loads it
-    prepared = prepare(cfg.data)
-    # once, before any rank starts: ranks only read the cache
-    print(summary_table(prepared, float(cfg.data.val_fraction)), flush=True)
-    if begin is not None:   # before msrun starts any rank (each rank's loop checks again, and logs)
-        data_changes(read_state(begin.info).get("data"), data_identity(prepared), begin.info.path,
-                     bool(cfg.resilience.allow_data_change))
-    freeze(run, run_dir)
-    from pretrain.train.build import pad_token_id
-    launch.write_engine_yamls(run, pad_token_id(str(next(iter(prepared.values())).tokenizer_path)))
-    if not launch.in_process(run):
-        return launch.run_local(run)
-    return launch.measured(train(run))
-
-
-def accept(run: ResolvedRun) -> Any:
+def accept(run: ResolvedRun) -> Optional[Continuation]:
     """Refuse, before the run dir's config.yaml and plan.json are replaced, a run that could not
     continue from its checkpoints: none verifies (unusable ones are quarantined), another phase
-    selection, or a config change a resume may not make. Returns where it continues from (a
-    resume.Start), or None."""
+    selection, or a config change a resume may not make. Returns where it continues from and the
+    config changes it makes (resume.start_point), or None when the run dir has no checkpoints."""
     cfg, run_dir = run.cfg, run.run_dir
     if not (run_dir / "checkpoints").is_dir():
         return None
@@ -226,7 +190,7 @@ def accept(run: ResolvedRun) -> Any:
         checkpoints = CheckpointManager(run_dir / "checkpoints", events=events,
                                         keep_latest=int(cfg.train.keep_checkpoint_max),
                                         start_fresh=bool(cfg.resilience.start_fresh))
-        return start_point(run, checkpoints)[0]
+        return start_point(run, checkpoints)
 
 
 def dry_run_freeze(run: ResolvedRun, run_dir: Path) -> Path:
@@ -235,22 +199,8 @@ def dry_run_freeze(run: ResolvedRun, run_dir: Path) -> Path:
     try:
         lock = rundir.RunDirLock(run_dir).acquire()
     except rundir.RunDirBusy:
-        return freeze(run, run_dir / rundir.DRY_RUN_DIR)
+        return rundir.freeze(run, run_dir / rundir.DRY_RUN_DIR)
     try:
-        return freeze(run, run_dir / rundir.DRY_RUN_DIR if rundir.holds_run(run_dir) else run_dir)
+        return rundir.freeze(run, run_dir / rundir.DRY_RUN_DIR if rundir.holds_run(run_dir) else run_dir)
     finally:
         lock.release()
-
-
-def freeze(run: ResolvedRun, where: Path) -> Path:
-    """The resolved config every rank reads (no Hydra in the ranks) and the plan beside it."""
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        note = frozen.keep_hand_edit(where / "config.yaml", run.cfg)   # not replaced silently
-        if note:
-            print(note, flush=True)
-        write_atomic(where / "config.yaml", frozen.text(run.cfg))
-        write_atomic(where / "plan.json", json.dumps(run.plan.to_dict(), indent=2, default=str))
-    except OSError as e:
-        raise rundir.not_writable(where, e) from None
-    return where

@@ -22,11 +22,13 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import yaml
 
+from pretrain.config import frozen
 from pretrain.config.errors import PretrainRunError
+from pretrain.io import write_atomic
 from pretrain.resilience.checkpoint import QUARANTINE
 
 LOCK_FILE = ".lock"
@@ -186,6 +188,21 @@ def not_writable(run_dir: Path, e: OSError) -> PretrainRunError:
     return PretrainRunError(f"run_dir {run_dir} is not writable ({e.strerror}: {e.filename}): the run "
                             f"writes its config, checkpoints and logs there; fix its permissions or choose "
                             f"another run_dir")
+
+
+def freeze(run: Any, where: Path) -> Path:
+    """The resolved config every rank reads (no Hydra in the ranks) and the plan beside it
+    (`run`: a planned pretrain.config.resolved.ResolvedRun)."""
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        note = frozen.keep_hand_edit(where / "config.yaml", run.cfg)   # not replaced silently
+        if note:
+            print(note, flush=True)
+        write_atomic(where / "config.yaml", frozen.text(run.cfg))
+        write_atomic(where / "plan.json", json.dumps(run.plan.to_dict(), indent=2, default=str))
+    except OSError as e:
+        raise not_writable(where, e) from None
+    return where
 
 
 def _describe(fd: int) -> str:

@@ -119,7 +119,7 @@ def main(argv) -> None:
     from pretrain.train.build import make_loader
     from pretrain.train.schedule import phase_lr
     from pretrain.train.step import TrainStep, model_inputs, train_step_args
-    from pretrain.train.trainer import PhasePlan, Throughput, Trainer, split_micro
+    from pretrain.train.trainer import PhaseInputs, Throughput, Trainer, split_micro
 
     t = cfg.train
     run = ResolvedRun.of(cfg)
@@ -207,7 +207,7 @@ def main(argv) -> None:
     )
     total = (rounds + 1) * steps
     phase = run.phases[0]
-    plan = PhasePlan(phase.name, phase_lr(phase.name, total, phase.node.lr, 0.0), loader, None)
+    plan = PhaseInputs(phase.name, phase_lr(phase.name, total, phase.node.lr, 0.0), loader, None)
     trainer.state.phase = plan.name
     metrics.start_phase(plan.name, total)
 

@@ -203,12 +203,14 @@ def run_phase(run: ResolvedRun, phase: str) -> Dict[str, Any]:
     }
 
 
-def run(resolved: ResolvedRun, only: Optional[str] = None) -> Dict[str, Any]:
-    """Train the run's phases (or one) with MindFormers' trainer; the summary our launchers read."""
+def train_rank(resolved: ResolvedRun, only: Optional[str] = None, checked: bool = False) -> Dict[str, Any]:
+    """Train the run's phases (or one) with MindFormers' trainer; the summary our launchers read.
+    `checked`: the launcher in this process checked the config and set the environment."""
 
     cfg, run_dir = resolved.cfg, resolved.run_dir.resolve()
-    prepare_environment(str(run_dir))
-    validate.check(cfg)
+    if not checked:
+        prepare_environment(str(run_dir))
+        validate.check(cfg)
     validate.check_trainable(cfg)
     names: List[str] = list(resolved.phase_names)
     if only is not None:
@@ -257,7 +259,7 @@ def main(argv=None) -> int:
     cfg.run_dir = str(Path(args[0]).resolve())
 
     try:
-        run(ResolvedRun.of(cfg), args[1] if len(args) > 1 else None)
+        train_rank(ResolvedRun.of(cfg), args[1] if len(args) > 1 else None)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

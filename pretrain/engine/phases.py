@@ -1,4 +1,5 @@
-"""One MindFormers yaml per phase: run_dir/mindformers_<phase>.yaml (pure Python, no mindspore).
+"""One MindFormers yaml per phase: run_dir/mindformers_<phase>.yaml (pure Python, no mindspore); and
+run_dir/mindformers.yaml, the first phase alone over its shard files, once the data is prepared.
 
 Each is mindformers_config.export(...) of the run (model, parallel, context, optimizer, wrapper)
 with what makes the phase a continuation of the curriculum, in MindFormers 1.9.0's (legacy
@@ -142,11 +143,25 @@ def resilience(cfg: DictConfig, y: Dict[str, Any]) -> None:
             cb["async_save"] = bool(cfg.resilience.async_save)
 
 
-def write_phases(run: ResolvedRun, pad_token_id: int = 0) -> List[Path]:
-
+def write_phases(run: ResolvedRun, pad_token_id: int = 0,
+                 prepared: Optional[Dict[str, Any]] = None) -> List[Path]:
+    """Every phase's mindformers_<phase>.yaml; with the data prepared, also run_dir/mindformers.yaml:
+    the run's first phase as one yaml over its shard files, for MindFormers' own run script."""
     written = []
     for name, y in export_phases(run, pad_token_id).items():
         path = yaml_path(run.run_dir, name)
         write_atomic(path, mfc.to_yaml(y))
         written.append(path)
+    if prepared is not None:
+        first = run.phases[0]
+        single = mfc.export(
+            run.cfg,
+            first_phase=first.node,
+            first_phase_steps=first.steps,
+            first_phase_peak=schedules(run)[0].peak,
+            train_files=[str(f) for name in first.node.mix for f in prepared[name].train_shards],
+            pad_token_id=pad_token_id,
+        )
+        written.append(run.run_dir / "mindformers.yaml")
+        write_atomic(written[-1], mfc.to_yaml(single))
     return written

@@ -1,23 +1,55 @@
-"""Hand a frozen run to the process(es) that train it; only launches.
+"""The launch: `start` takes a checked, planned run from the app (pretrain/app.py), makes its data
+ready, freezes it into the run dir and hands it to what trains it: one of three.
 
-One device: the app trains in its own process (pretrain/app.py `start`). Several on this host:
-msrun, one `pretrain.worker` per device (`run_local`). Several nodes: per-node scripts in
-RUN_DIR/launch/ (and a Slurm submit script), since each node must start its own msrun
-(`write_nodes`). A dry run / launcher=print only says what would run (`describe`). The data is
-prepared by the app before any of these start.
+- One device: this process, through the rank entry (pretrain.engine.train) msrun's workers use too,
+  handed the data made ready here (pretrain.train.ready), so nothing is done twice.
+- Several devices on this host: msrun, one `pretrain.worker` per device (`msrun_launches`).
+- Several nodes: per-node scripts in RUN_DIR/launch/ (and a Slurm submit script), since each node
+  must start its own msrun (`write_nodes`); their rank 0 prepares the data.
+A dry run / launcher=print only says what would run (`describe`).
 """
 import json
 import shlex
 import shutil
 import time
-from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
+from pretrain import rundir
 from pretrain.config.errors import PretrainRunError
 from pretrain.config.resolved import ResolvedRun
+from pretrain.engine import train
 from pretrain.engine.phases import write_phases
 from pretrain.launch import controller, launches, msrun, supervise
 from pretrain.launch.scripts import describe_nodes, write_node_scripts
+from pretrain.resilience.resume import Continuation, check_branch
+
+
+# lazy imports (pretrain.train.ready, pretrain.data.manifest, pretrain.model.builder): +~500 ms (numpy, the
+# data step) on every dry run, which only plans
+
+def start(run: ResolvedRun, begin: Optional[Continuation] = None) -> Dict[str, Any]:
+    """The run frozen and started: node scripts for several nodes; else the data ready, then trained
+    in this process (one device) or by msrun's ranks. Returns what a sweep row records of it. `begin`:
+    where it continues from, when its run dir has checkpoints (app.accept); its data must be what was
+    prepared. Frozen only once the data is ready, so a command the data step refuses leaves
+    config.yaml and plan.json as they were."""
+    cfg, run_dir = run.cfg, run.run_dir
+    if cfg.hardware.num_nodes > 1:
+        rundir.freeze(run, run_dir)
+        return write_nodes(run)
+    check_host(run)
+    check_branch(run)   # a phase run alone without its base run: say which to train, before the data
+    from pretrain.data.manifest import summary_table
+    from pretrain.model.builder import prepare_environment
+    from pretrain.train.ready import data_ready
+    prepare_environment(str(run_dir))   # GLOG_v is read as mindspore loads, and preparing loads it
+    ready = data_ready(run, begin)      # once, before any rank starts: ranks only read the cache
+    print(summary_table(ready.prepared, float(cfg.data.val_fraction)), flush=True)
+    rundir.freeze(run, run_dir)
+    write_engine_yamls(run, ready)
+    if not in_process(run):
+        return msrun_launches(run)
+    return measured(train(run, ready=ready))
 
 
 def in_process(run: ResolvedRun) -> bool:
@@ -53,7 +85,7 @@ def write_nodes(run: ResolvedRun) -> Dict[str, Any]:
         print(describe_nodes(cfg, run_dir, written=True))
         return {}
     started = time.time()
-    controller.run(cfg, run_dir, controller.LocalNodes(cfg, run_dir.resolve()))
+    controller.control(cfg, run_dir, controller.LocalNodes(cfg, run_dir.resolve()))
     summary = run_dir / "summary.json"
     if not summary.is_file() or summary.stat().st_mtime < started:
         return {}
@@ -68,24 +100,26 @@ def check_host(run: ResolvedRun) -> None:
             f"plan it here with dry_run=true and launch on the cluster")
 
 
-def run_local(run: ResolvedRun) -> Dict[str, Any]:
+def msrun_launches(run: ResolvedRun) -> Dict[str, Any]:
     """msrun on this host, once per engine launch still to train, all under one restart budget;
     the run's measured throughput once it trained."""
     cfg, run_dir = run.cfg, run.run_dir
     started = time.time()
     budget = supervise.RestartBudget.of(cfg.resilience)
     for phase in launches.remaining_launches(run):
-        msrun.run_local(cfg, run_dir, phase, budget=budget)
+        msrun.launch(cfg, run_dir, phase, budget=budget)
     summary = run_dir / "summary.json"   # rank 0 writes it when it finishes
     if not summary.is_file() or summary.stat().st_mtime < started:
         return {}
     return measured(json.loads(summary.read_text()))
 
 
-def write_engine_yamls(run: ResolvedRun, pad_token_id: int = 0) -> None:
+def write_engine_yamls(run: ResolvedRun, ready: Optional[Any] = None) -> None:
     """run_dir/mindformers_<phase>.yaml, which MindFormers' trainer runs (train.engine=mindformers) and
-    a user can run with MindFormers' own run script; written for every run, dry runs included."""
-    paths = write_phases(run, pad_token_id)
+    a user can run with MindFormers' own run script; written for every run, dry runs included (the
+    padding id 0 until the data is ready); with the data ready (a pretrain.train.ready.Ready), also
+    mindformers.yaml."""
+    paths = write_phases(run, ready.pad_token_id, ready.prepared) if ready else write_phases(run)
     print(f"engine {run.engine}: MindFormers yamls {', '.join(p.name for p in paths)} in {run.run_dir}",
           flush=True)
 

@@ -296,7 +296,7 @@ class Progress:
         return None
 
 
-def run(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
+def control(cfg: DictConfig, run_dir: Path, nodes: Any) -> Dict[str, float]:
     """Start every node, watch them, restart them all from the newest checkpoint on a failure.
     `nodes`: LocalNodes or SlurmNodes (entered here)."""
     run_dir = run_dir.resolve()
@@ -456,7 +456,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     run_dir = Path(args[0]).resolve()
     try:
         cfg = OmegaConf.load(run_dir / "config.yaml")
-        run(cfg, run_dir, SlurmNodes(cfg, run_dir))
+        control(cfg, run_dir, SlurmNodes(cfg, run_dir))
     except USER_ERRORS as exc:
         print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return getattr(exc, "exit_code", 2)

@@ -3,7 +3,7 @@
 msrun starts a scheduler process (same process group as msrun) and one worker per device, each in
 its own session. On its own, msrun notices a failed worker at once but then waits for the
 scheduler's heartbeat timeout (~40 s) before it exits, and on Ctrl-C it SIGKILLs the workers. So
-`run_local` watches the ranks itself through the files pretrain.worker leaves in RUN_DIR/logs/
+`launch` watches the ranks itself through the files pretrain.worker leaves in RUN_DIR/logs/
 (rank_<r>.pid when a rank starts, rank_<r>.exit when it ends): a non-zero exit or a rank whose
 process vanished without one (kill -9, OOM killer) fails the launch within about a second, with
 that rank's last log lines; the other ranks and msrun are then killed, and the job starts again
@@ -78,7 +78,7 @@ def command(cfg: DictConfig, run_dir: Path, node_rank: int = 0, phase: Optional[
             "python", "-m", "pretrain.worker", str(run_dir), *([phase] if phase else [])]
 
 
-def run_local(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None,
+def launch(cfg: DictConfig, run_dir: Path, phase: Optional[str] = None,
               budget: Optional["supervise.RestartBudget"] = None) -> Dict[str, float]:
     """Run every rank on this host under msrun (in this directory, so the frozen config's relative
     paths mean what they meant here) and keep the job going through failures: a failed rank stops

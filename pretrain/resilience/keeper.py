@@ -3,7 +3,7 @@
     keeper.resume(trainer, start, changes, phases)  # load the start checkpoint, say where the run continues
     keeper.new_phase()                          # a new data mix: the spike guard starts over
     keeper.beat(step) / keeper.slow_ahead(step) # the watchdog: a step finished / something slow comes
-    keeper.after_step(trainer, plan, record)    # non-finite count, spike -> rollback
+    keeper.after_step(trainer, phase, record)    # non-finite count, spike -> rollback
     keeper.may_save()                           # not while the spike guard holds suspect losses
     keeper.stop_requested(trainer)              # SIGTERM/SIGINT: checkpoint this step, stop
 
@@ -97,13 +97,13 @@ class Keeper:
         if branched:  # its own copy of where it started: it resumes and rolls back without the base run
             trainer.save(tag=final_tag(state.phase) if state.phase in state.phases_done else None)
 
-    def after_step(self, trainer: Trainee, plan: Any, record: Any) -> bool:
+    def after_step(self, trainer: Trainee, phase: Any, record: Any) -> bool:
         """After each step: count a non-finite step, feed the spike guard; True when a confirmed
         spike rolled the run back (the loop continues from the restored step)."""
         self.count_nonfinite(record)
         s = trainer.state
         if self.spike is not None and self.spike.observe(s.global_step, record["loss"]):
-            self.roll_back(trainer, plan, record["loss"])
+            self.roll_back(trainer, phase, record["loss"])
             return True
         return False
 
@@ -170,7 +170,7 @@ class Keeper:
         except PretrainRunError as e:
             raise self.fatal(record["step"], e) from None
 
-    def roll_back(self, trainer: Trainee, plan: Any, loss: float) -> None:
+    def roll_back(self, trainer: Trainee, phase: Any, loss: float) -> None:
         """A confirmed loss spike: back to the newest checkpoint from before the step whose update
         broke the model (the one before the spike's first high loss), skip the spike's data window,
         continue."""
@@ -186,10 +186,10 @@ class Keeper:
         # The loss of step `first` is the first high one, so the update of step first-1 may be what
         # broke the model: its data is skipped and the checkpoint must predate it.
         phase_base = s.global_step - s.phase_step  # the global step before this phase's first
-        windows = s.data_skips.get(plan.name, [])
+        windows = s.data_skips.get(phase.name, [])
         lo = data_index(max(first - 1 - phase_base - 1, 0), windows)
         hi = data_index(s.phase_step - 1, windows)
-        skips = {**s.data_skips, plan.name: add_window(windows, lo, hi)}
+        skips = {**s.data_skips, phase.name: add_window(windows, lo, hi)}
         self.slow_ahead(s.global_step)
         info = self.rollback_target(trainer, before_step=first - 1)
         if info is None:
@@ -199,9 +199,9 @@ class Keeper:
                 f"(train.save_every_steps)"
             ))
         saved = read_state(info)
-        if saved.get("phase") != plan.name and saved.get("phase") not in saved.get("phases_done", []):
+        if saved.get("phase") != phase.name and saved.get("phase") not in saved.get("phases_done", []):
             raise self.fatal(s.global_step, PretrainRunError(
-                f"loss spike in phase {plan.name}: the newest checkpoint from before it, {info.path}, is "
+                f"loss spike in phase {phase.name}: the newest checkpoint from before it, {info.path}, is "
                 f"in the middle of phase {saved.get('phase')}; a rollback stays within one phase: "
                 f"resume from it (restart the run) or lower the LR"
             ))
@@ -210,19 +210,19 @@ class Keeper:
         spiked_at, why = s.global_step, self.spike.explain(spike)   # before the rewind moves the bar
         trainer.load(self.checkpoints, info)
         trainer.state.data_skips = skips
-        if trainer.state.phase != plan.name:  # rolled back to the previous phase's final checkpoint
-            trainer.state.phase, trainer.state.phase_step = plan.name, 0
+        if trainer.state.phase != phase.name:  # rolled back to the previous phase's final checkpoint
+            trainer.state.phase, trainer.state.phase_step = phase.name, 0
         self.spike.rewind(info.step)
         trainer.metrics.rewind(info.step)
         trainer.metrics.end_phase()
-        trainer.metrics.start_phase(plan.name, plan.steps, done=trainer.state.phase_step,
+        trainer.metrics.start_phase(phase.name, phase.steps, done=trainer.state.phase_step,
                                     overall=trainer.overall)
         self.event("rollback", step=spiked_at, to_step=info.step, path=str(info.path),
                    spike=[first, confirmed])
-        self.event("skip", step=info.step, what="data", phase=plan.name, data=[lo, hi],
+        self.event("skip", step=info.step, what="data", phase=phase.name, data=[lo, hi],
                    steps=[first - 1, confirmed])
         trainer.metrics.note(f"loss spike at step {spiked_at}: {why}; rolled back to step {info.step}, "
-                             f"skipping {plan.name}'s data {lo}-{hi}")
+                             f"skipping {phase.name}'s data {lo}-{hi}")
         trainer.save()  # the same step again, now recording the skipped window: a crash resumes past it
         self.beat(trainer.state.global_step)
 

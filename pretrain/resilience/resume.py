@@ -31,13 +31,13 @@ from pretrain.resilience.identity import architecture, final_tag
 
 
 @dataclass(frozen=True)
-class Start:
+class ResumePoint:
     info: CheckpointInfo
     handoff: bool  # True: the previous phase's final checkpoint; False: this run's own progress
 
 
 def find_start(phases: Sequence[str], previous: Optional[str], checkpoints: CheckpointManager,
-               init_from: Optional[str] = None, train_first: str = "") -> Optional[Start]:
+               init_from: Optional[str] = None, train_first: str = "") -> Optional[ResumePoint]:
     """`phases`: the phases this run trains, in order; `previous`: the phase a phase run alone
     continues from (None: the run may start fresh); `init_from`: where such a run finds that
     phase's final checkpoint when its own directory has none (`train_first`: the command that
@@ -45,7 +45,7 @@ def find_start(phases: Sequence[str], previous: Optional[str], checkpoints: Chec
     info = checkpoints.latest()
     if info is None:
         if previous is not None and init_from is not None:
-            return Start(branch_point(phases[0], previous, init_from, train_first), handoff=True)
+            return ResumePoint(branch_point(phases[0], previous, init_from, train_first), handoff=True)
         if previous is not None:
             raise PretrainRunError(
                 f"phase={phases[0]} continues from the {previous} phase's final checkpoint, but "
@@ -56,9 +56,9 @@ def find_start(phases: Sequence[str], previous: Optional[str], checkpoints: Chec
     state = read_state(info)
     phase = state.get("phase")
     if phase in phases:
-        return Start(info, handoff=False)
+        return ResumePoint(info, handoff=False)
     if previous is not None and phase == previous and previous in state.get("phases_done", []):
-        return Start(info, handoff=True)
+        return ResumePoint(info, handoff=True)
     if previous is not None and phase == previous:
         raise PretrainRunError(
             f"phase={phases[0]} continues from the {previous} phase's final checkpoint, but the newest "
@@ -168,9 +168,11 @@ def same_phase_shape(saved: Dict[str, Any],
     return saved, current
 
 
-def start_point(
-    run: ResolvedRun, checkpoints: CheckpointManager
-) -> Tuple[Optional[Start], List[Tuple[str, Any, Any]]]:
+# where a run continues from (None: it starts fresh) and the config changes it makes to that checkpoint's run
+Continuation = Tuple[Optional[ResumePoint], List[Tuple[str, Any, Any]]]
+
+
+def start_point(run: ResolvedRun, checkpoints: CheckpointManager) -> Continuation:
     """Where this run continues from, and the config changes it makes to its own checkpoint's run
     (each allowed by resume.RESUMABLE; any other raises). Run by the launcher before it replaces
     run_dir/config.yaml, and again by every rank, which may read a config.yaml edited since."""

@@ -1,6 +1,6 @@
 """The pieces the training loop (pretrain/train/loop.py) is built from: the model and its Trainer,
-each phase's loaders (its data mix for this data-parallel rank), the checkpoint manager, the
-exported mindformers.yaml, and what a rank reports of what it trained."""
+each phase's loaders (its data mix for this data-parallel rank), the checkpoint manager, and what a
+rank reports of what it trained."""
 
 import zlib
 from pathlib import Path
@@ -12,8 +12,7 @@ from pretrain.config.errors import PretrainDataError
 from pretrain.config.resolved import ResolvedPhase, ResolvedRun
 from pretrain.data.loader import BatchLoader
 from pretrain.data.tokenizer import load
-from pretrain.io import write_atomic
-from pretrain.model import builder, mindformers_config
+from pretrain.model import builder
 from pretrain.plan.planner import flops_per_token, model_shape
 from pretrain.resilience import guards as resilience
 from pretrain.resilience.checkpoint import CheckpointManager
@@ -21,7 +20,7 @@ from pretrain.resilience.events import EventLog
 from pretrain.resilience.identity import architecture, architecture_hash
 from pretrain.train import ranks
 from pretrain.train.metrics import MetricsWriter
-from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+from pretrain.train.trainer import PhaseInputs, Throughput, Trainer
 
 # lazy imports (mindspore, pretrain.train.step): by design; step.py imports mindspore (3-10 s) at its top
 
@@ -62,15 +61,15 @@ def rank_evidence(trainer: Trainer, fed: ranks.RowLog, results: List[Dict[str, A
     return out
 
 
-def phase_plans(run: ResolvedRun, prepared: Dict[str, Any], schedules: List[Any]) -> List[PhasePlan]:
+def phase_inputs(run: ResolvedRun, prepared: Dict[str, Any], schedules: List[Any]) -> List[PhaseInputs]:
     """Each phase's schedule and its train / validation loaders over its data mix, for this dp rank."""
     dp_rank, dp_size = ranks.data_parallel_rank(run.layout)
-    plans = []
+    inputs = []
     for phase, lr in zip(run.phases, schedules, strict=True):
         val = val_loader(run, prepared, phase, dp_rank, dp_size)
         train = make_loader(run, prepared, phase, "train", dp_rank, dp_size)
-        plans.append(PhasePlan(phase.name, lr, train, val))
-    return plans
+        inputs.append(PhaseInputs(phase.name, lr, train, val))
+    return inputs
 
 
 def val_loader(run: ResolvedRun, prepared: Dict[str, Any], phase: ResolvedPhase, dp_rank: int,
@@ -139,22 +138,6 @@ def build_trainer(
         nonfinite=resilience.nonfinite_guard(cfg.resilience),
         run_config=OmegaConf.to_container(cfg, resolve=True),
     )
-
-
-def export_mindformers_yaml(run: ResolvedRun, peak: float, prepared: Dict[str, Any], pad: int) -> None:
-    """run_dir/mindformers.yaml: the run's first phase as one MindFormers yaml, for MindFormers' own
-    run script."""
-    first = run.phases[0]
-    files = [str(f) for name in first.node.mix for f in prepared[name].train_shards]
-    exported = mindformers_config.export(
-        run.cfg,
-        first_phase=first.node,
-        first_phase_steps=first.steps,
-        first_phase_peak=peak,
-        train_files=files,
-        pad_token_id=pad,
-    )
-    write_atomic(run.run_dir / "mindformers.yaml", mindformers_config.to_yaml(exported))
 
 
 def make_loader(

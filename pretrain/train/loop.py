@@ -1,4 +1,4 @@
-"""`run(resolved)`: train a resolved run's phases in this process and return the run's summary.
+"""`train_rank(resolved, ready)`: train a resolved run's phases in this process and return the run's summary.
 
 Read top to bottom: build (model, data, checkpoints) -> resume -> for each phase, for each step:
 step, log, eval, save -> summarise. The resilience guards are one component (`trainer.keeper`,
@@ -11,36 +11,36 @@ Under msrun every rank calls it with RANK_ID / RANK_SIZE set; rank 0 writes the 
 rank loads the same checkpoint.
 """
 import time
-from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from pretrain.config import validate
 from pretrain.config.layout import ParallelLayout
 from pretrain.config.resolved import ResolvedRun
-from pretrain.data.checks import check_prepared
-from pretrain.data.prepare import prepare
 from pretrain.model import builder
 from pretrain.plan.measured import plan_of, record_calibration
 from pretrain.resilience import guards
 from pretrain.resilience.events import EventLog
-from pretrain.resilience.checkpoint import read_state
-from pretrain.resilience.identity import data_changes, data_identity, final_tag
+from pretrain.resilience.identity import final_tag
 from pretrain.resilience.resume import start_point
 from pretrain.resilience.signals import GracefulStop
 from pretrain.train import build, measure, ranks
 from pretrain.train.measure import PhaseMeter
+from pretrain.train.ready import Ready, continues_from, data_ready
 from pretrain.train.metrics import WINDOW, MetricsWriter
 from pretrain.train.schedule import curriculum
 from pretrain.train.summary import boundary_line, finish, phase_result
-from pretrain.train.trainer import PhasePlan, Trainer
+from pretrain.train.trainer import PhaseInputs, Trainer
 
 
-def run(resolved: ResolvedRun) -> Dict[str, Any]:
+def train_rank(resolved: ResolvedRun, ready: Optional[Ready] = None) -> Dict[str, Any]:
+    """`ready`: what the launcher made of the run in this process (one device); None in a process of
+    its own (msrun's ranks, node scripts), which checks the frozen config it read and readies the data."""
     started = time.perf_counter()
     cfg, run_dir = resolved.cfg, resolved.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    builder.prepare_environment(str(run_dir))  # before anything imports mindspore / mindformers
-    validate.check(cfg)            # the frozen config is what ranks train: the launch's rules hold here too
+    if ready is None:
+        builder.prepare_environment(str(run_dir))  # before anything imports mindspore / mindformers
+        validate.check(cfg)        # the frozen config is what ranks train: the launch's rules hold here too
     validate.check_trainable(cfg)
     steps = [p.steps for p in resolved.phases]
 
@@ -49,37 +49,36 @@ def run(resolved: ResolvedRun) -> Dict[str, Any]:
     writes_run_files = ParallelLayout.writes_run_files(rank)
     events = EventLog(run_dir / "events.jsonl") if writes_run_files else None
     checkpoints = build.checkpoint_manager(resolved, rank, events)
-    start, changes = start_point(resolved, checkpoints)
-
-    prepared = prepare(cfg.data, progress=writes_run_files)
-    check_prepared(cfg, prepared)
-    # the data the start checkpoint was trained on: refused (or, overridden, logged) before the model builds
-    identity = data_identity(prepared)
-    allow = bool(cfg.resilience.allow_data_change)
-    data_changed = [] if start is None else data_changes(read_state(start.info).get("data"), identity,
-                                                         start.info.path, allow)
-    pad = build.pad_token_id(str(next(iter(prepared.values())).tokenizer_path))
+    # a rank may read a config.yaml edited since the launch: it looks again in a process of its own
+    looked = ready.begin if ready is not None else None
+    begin = looked if looked is not None else start_point(resolved, checkpoints)
+    if ready is None:
+        # the data the start checkpoint was trained on: refused (or, overridden, logged) before the model builds
+        ready = data_ready(resolved, begin, progress=writes_run_files)
+    elif looked is None:
+        continues_from(ready, resolved, begin)
+    start, changes = begin
+    prepared, pad = ready.prepared, ready.pad_token_id
     metrics = MetricsWriter(run_dir, enabled=writes_run_files)
     trainer = build.build_trainer(resolved, pad, metrics, checkpoints, events)
-    trainer.data_identity = identity   # saved with every checkpoint
+    trainer.data_identity = ready.identity   # saved with every checkpoint
 
     # resume (or start fresh), then each phase's schedule from where the run stands
-    trainer.keeper.resume(trainer, start, changes, phases=resolved.phase_names, data=data_changed)
+    trainer.keeper.resume(trainer, start, changes, phases=resolved.phase_names, data=ready.data_changed)
     schedules = curriculum([p.node for p in resolved.phases], steps, start=trainer.state.lr_start)
-    plans = build.phase_plans(resolved, prepared, schedules)
+    inputs = build.phase_inputs(resolved, prepared, schedules)
     fed = ranks.RowLog()  # what this rank trained on, for its exit status (pretrain.worker)
-    for plan in plans:
-        plan.loader = fed.watch(plan.loader)
+    for phase in inputs:
+        phase.loader = fed.watch(phase.loader)
     if writes_run_files:
-        build.export_mindformers_yaml(resolved, schedules[0].peak, prepared, pad)
-        events.log("start", step=trainer.state.global_step, phases=[p.name for p in plans], steps=steps)
+        events.log("start", step=trainer.state.global_step, phases=[p.name for p in inputs], steps=steps)
 
     # train, under the signal handler and the watchdog
     try:
         with GracefulStop() as stop, guards.watchdog(cfg.resilience, run_dir, events, rank=rank) as dog:
             # every rank of the job agrees on a stop, so all of them stop after the same step
             trainer.keeper.stop, trainer.keeper.watchdog = ranks.agreed_stop(stop), dog
-            results = train(trainer, plans)
+            results = train_phases(trainer, inputs)
             # every rank agrees on both: the collective runs on all
             if results and not trainer.keeper.stopped:
                 measure.note_allreduce(results, trainer.step.allreduce_s())
@@ -99,29 +98,29 @@ def run(resolved: ResolvedRun) -> Dict[str, Any]:
     return summary
 
 
-def train(trainer: Trainer, plans: List[PhasePlan]) -> List[Dict[str, Any]]:
-    """Train the plans' phases in order, skipping those a resumed state already finished;
+def train_phases(trainer: Trainer, inputs: List[PhaseInputs]) -> List[Dict[str, Any]]:
+    """Train the phases in order, skipping those a resumed state already finished;
     stops early (trainer.keeper.stopped) on SIGTERM/SIGINT."""
     results = []
-    total = sum(p.steps for p in plans)
-    for k, plan in enumerate(plans, 1):
-        if plan.name in trainer.state.phases_done:
+    total = sum(p.steps for p in inputs)
+    for k, phase in enumerate(inputs, 1):
+        if phase.name in trainer.state.phases_done:
             continue
         if trainer.keeper.stop_requested(trainer):  # arrived during the previous phase's final save
             break
-        trainer.overall = f"[{k}/{len(plans)}] " if len(plans) > 1 else ""
-        results.append(train_phase(trainer, plan))
+        trainer.overall = f"[{k}/{len(inputs)}] " if len(inputs) > 1 else ""
+        results.append(train_phase(trainer, phase))
         if trainer.keeper.stopped:
             break
-        trainer.metrics.note(boundary_line(results[-1], plans[k:], total, trainer.throughput.tokens_per_step))
+        trainer.metrics.note(boundary_line(results[-1], inputs[k:], total, trainer.throughput.tokens_per_step))
     return results
 
 
-def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
+def train_phase(trainer: Trainer, phase: PhaseInputs) -> Dict[str, Any]:
     """One phase, step by step: step, log, (roll back,) eval, save, stop on a signal."""
     s, keeper, metrics = trainer.state, trainer.keeper, trainer.metrics
-    if s.phase != plan.name:
-        s.phase, s.phase_step, s.phase_losses = plan.name, 0, []
+    if s.phase != phase.name:
+        s.phase, s.phase_step, s.phase_losses = phase.name, 0, []
         keeper.new_phase()
     started = time.perf_counter()
     meter = PhaseMeter(saves_before=len(trainer.save_times))
@@ -130,29 +129,29 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
     first_step = s.global_step + 1
     resumed = s.phase_step > 0            # the phase's earlier steps ran in an earlier process
     owed = False                          # a save due while the loss was suspect: made once it is not
-    metrics.start_phase(plan.name, plan.steps, done=s.phase_step, overall=trainer.overall)
-    while s.phase_step < plan.steps:
-        record = trainer.train_step(plan)
+    metrics.start_phase(phase.name, phase.steps, done=s.phase_step, overall=trainer.overall)
+    while s.phase_step < phase.steps:
+        record = trainer.train_step(phase)
         keeper.beat(s.global_step)
         meter.step(record, trainer.steps_run)
         losses[s.global_step] = record["loss"]
         if len(s.phase_losses) < WINDOW:   # checkpointed: the phase's start loss survives a resume
             s.phase_losses.append(record["loss"])
         metrics.progress(record)
-        last = s.phase_step == plan.steps
+        last = s.phase_step == phase.steps
         if s.global_step % trainer.log_every == 0 or last:
             metrics.log(record)
-        if keeper.after_step(trainer, plan, record):  # a spike rolled the run back: forget what came after
+        if keeper.after_step(trainer, phase, record):  # a spike rolled the run back: forget what came after
             losses = {k: v for k, v in losses.items() if k <= s.global_step}
             val = {k: v for k, v in val.items() if k <= s.global_step}
             owed = False                  # the rollback saved the step it went back to
             continue
         evaluate = last or (trainer.eval_every and s.phase_step % trainer.eval_every == 0)
-        if plan.val_loader is not None and evaluate:
+        if phase.val_loader is not None and evaluate:
             keeper.slow_ahead(s.global_step)  # the first evaluation compiles its graph
-            val[s.global_step] = trainer.evaluate(plan)
+            val[s.global_step] = trainer.evaluate(phase)
             keeper.beat(s.global_step)
-            metrics.log({"kind": "val", "step": s.global_step, "phase": plan.name,
+            metrics.log({"kind": "val", "step": s.global_step, "phase": phase.name,
                          "val_loss": val[s.global_step]})
         owed = not last and (owed or trainer.save_due())
         if owed and keeper.may_save():
@@ -162,9 +161,9 @@ def train_phase(trainer: Trainer, plan: PhasePlan) -> Dict[str, Any]:
             break
     metrics.end_phase()
     if not trainer.keeper.stopped:
-        s.phases_done.append(plan.name)
-        trainer.save(tag=final_tag(plan.name))
-    result = phase_result(plan, first_step, s.global_step, bool(trainer.keeper.stopped),
+        s.phases_done.append(phase.name)
+        trainer.save(tag=final_tag(phase.name))
+    result = phase_result(phase, first_step, s.global_step, bool(trainer.keeper.stopped),
                           time.perf_counter() - started, losses, val, trainer.throughput.tokens_per_step,
                           head=s.phase_losses if resumed else None)
     result["measured"] = meter.result(trainer.throughput.tokens_per_step, trainer.save_times)

@@ -70,7 +70,7 @@ def run_goodput(run_dir: Path, step_s: Optional[float], steps: int) -> Dict[str,
     return acct.as_dict()
 
 
-def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall: float,
+def phase_result(phase: Any, first_step: int, last_step: int, stopped: bool, wall: float,
                  losses: Dict[int, float], val: Dict[int, float], tokens_per_step: int,
                  head: Optional[List[float]] = None) -> Dict[str, Any]:
     """One phase's record in summary.json: losses and val losses keyed by global step. Like `steps`
@@ -79,15 +79,15 @@ def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall
     steps = [losses[k] for k in sorted(losses)]
     vals = [val[k] for k in sorted(val)]
     start = list(head or []) or steps     # a checkpoint from before TrainState.phase_losses: this run's
-    window = window_of(plan.steps) if head else None
+    window = window_of(phase.steps) if head else None
     return {
-        "phase": plan.name,
-        "steps": plan.steps,
+        "phase": phase.name,
+        "steps": phase.steps,
         "first_step": first_step,
         "last_step": last_step,
         "stopped": stopped,
         "resumed": head is not None,
-        "tokens": plan.steps * tokens_per_step,
+        "tokens": phase.steps * tokens_per_step,
         "wall_s": wall,
         "loss_first": start[0] if start else None,
         "loss_last": steps[-1] if steps else None,
@@ -95,8 +95,8 @@ def phase_result(plan: Any, first_step: int, last_step: int, stopped: bool, wall
         "loss_end_mean": mean_of(steps, first=False) if steps else None,
         "val_loss_first": vals[0] if vals else None,
         "val_loss_last": vals[-1] if vals else None,
-        "lr_first": plan.lr.at(0),
-        "lr_last": plan.lr.final,
+        "lr_first": phase.lr.at(0),
+        "lr_last": phase.lr.final,
         "tokens_per_s": len(steps) * tokens_per_step / wall if steps else None,
     }
 

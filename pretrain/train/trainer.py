@@ -47,7 +47,8 @@ class TrainState:
 
 
 @dataclass
-class PhasePlan:
+class PhaseInputs:
+    """What one phase of the curriculum trains on (pretrain.train.build.phase_inputs)."""
     name: str
     lr: PhaseLR  # lr.steps is the phase length
     loader: Any  # .batch(step) -> dict of [B, S] arrays, B = micro_batch × grad_accum
@@ -120,13 +121,13 @@ class Trainer:
         self.overall = ""  # "[k/n] ": which of the run's phases the console is showing
 
     # ------------------------------------------------------------------ one step
-    def train_step(self, plan: PhasePlan) -> Dict[str, Any]:
-        """One optimizer step at state.phase_step of `plan`; advances the state; returns its record."""
+    def train_step(self, phase: PhaseInputs) -> Dict[str, Any]:
+        """One optimizer step at state.phase_step of `phase`; advances the state; returns its record."""
         s = self.state
         started = time.perf_counter()
-        lr = plan.lr.at(s.phase_step)
-        index = data_index(s.phase_step, s.data_skips.get(plan.name, ()))
-        batch = plan.loader.batch(index)
+        lr = phase.lr.at(s.phase_step)
+        index = data_index(s.phase_step, s.data_skips.get(phase.name, ()))
+        batch = phase.loader.batch(index)
         out = self.step.step(split_micro(batch, self.grad_accum), lr)
         step_time = time.perf_counter() - started
         self.steps_run += 1
@@ -138,7 +139,7 @@ class Trainer:
         return {
             "kind": "train",
             "step": s.global_step,
-            "phase": plan.name,
+            "phase": phase.name,
             "phase_step": s.phase_step,
             "data_index": index,
             "loss": out["loss"],  # token-weighted over the whole global batch (step.py)
@@ -153,10 +154,10 @@ class Trainer:
             **out.get("moe", {}),   # MoE: expert_load_max_over_mean, expert_tokens_dropped
         }
 
-    def evaluate(self, plan: PhasePlan) -> float:
+    def evaluate(self, phase: PhaseInputs) -> float:
         """LM loss over the phase's first eval_batches validation batches (the same ones every
         time, so the curve compares like with like), token-weighted like the training loss."""
-        sums = [self.step.evaluate_sums(plan.val_loader.batch(i)) for i in range(self.eval_batches)]
+        sums = [self.step.evaluate_sums(phase.val_loader.batch(i)) for i in range(self.eval_batches)]
         return sum(lm for lm, _ in sums) / max(sum(n for _, n in sums), 1.0)
 
     # ------------------------------------------------------------------ checkpoints

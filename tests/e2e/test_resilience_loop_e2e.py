@@ -12,9 +12,9 @@ from pretrain.resilience.checkpoint import CheckpointManager
 from pretrain.resilience.resume import find_start
 from pretrain.train.metrics import MetricsWriter
 from pretrain.resilience.identity import final_tag
-from pretrain.train.loop import train
+from pretrain.train.loop import train_phases
 
-from tests.helpers.toy_trainer import make_trainer, plan
+from tests.helpers.toy_trainer import make_trainer, phase_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +32,7 @@ def test_an_async_save_is_not_called_saved_before_it_is_written(tmp_path, monkey
 
     monkeypatch.setattr(ms, "save_checkpoint", disk_full)
     with pytest.raises(PretrainRunError, match="No space left on device"):
-        train(trainer, [plan(8)])
+        train_phases(trainer, [phase_inputs(8)])
     out = capsys.readouterr().out
     assert "saving step 3 in the background" in out and "saved step" not in out
     assert checkpoints.latest() is None

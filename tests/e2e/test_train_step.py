@@ -191,7 +191,7 @@ def test_restoring_a_checkpoint_continues_exactly_and_refuses_another_architectu
     runtime, cfg, compose_many, tmp_path
 ):
     from pretrain.resilience.checkpoint import CheckpointManager
-    from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+    from pretrain.train.trainer import PhaseInputs, Throughput, Trainer
 
     def trainer(config, checkpoints=None):
         return Trainer(
@@ -204,7 +204,7 @@ def test_restoring_a_checkpoint_continues_exactly_and_refuses_another_architectu
         )
 
     lr = phase_lr("general", 6, cfg.phase.general.lr, start=0.0)
-    plan = PhasePlan("general", lr, RandomTokens(2), None)
+    plan = PhaseInputs("general", lr, RandomTokens(2), None)
     checkpoints = CheckpointManager(tmp_path / "checkpoints", keep_latest=2)
     first = trainer(cfg, checkpoints)
     first.state.phase = "general"

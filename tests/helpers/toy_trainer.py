@@ -9,7 +9,7 @@ from pretrain.resilience.nonfinite import NonFiniteGuard
 from pretrain.resilience.spike import SpikeGuard
 from pretrain.train.metrics import MetricsWriter
 from pretrain.train.schedule import PhaseLR
-from pretrain.train.trainer import PhasePlan, Throughput, Trainer
+from pretrain.train.trainer import PhaseInputs, Throughput, Trainer
 
 
 class ToyStep:
@@ -60,9 +60,9 @@ class ToyLoader:
         return {"input_ids": np.array([[i]]), "labels": np.array([[i]]), "loss_mask": mask}
 
 
-def plan(steps=20, name="general", nan=()):
+def phase_inputs(steps=20, name="general", nan=()):
     lr = PhaseLR(name, steps, start=0.0, peak=1e-3, end=1e-4, warmup_steps=0, schedule="linear")
-    return PhasePlan(name, lr, ToyLoader(nan), None)
+    return PhaseInputs(name, lr, ToyLoader(nan), None)
 
 
 def make_trainer(tmp_path, poison=(), save_every=3, max_rollbacks=3, max_nonfinite=3, writes_run_files=True,

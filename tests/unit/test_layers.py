@@ -43,13 +43,21 @@ def test_the_builtin_sources_the_rules_accept_are_the_ones_the_generator_has():
         assert callable(sample.documents.__globals__[f"_{name}"])
 
 
-def test_the_launcher_only_launches():
-    """Data preparation and in-process training are the app's (pretrain/app.py start), not launch/'s."""
-    edges = imports.graph()["launch"]
-    targets = {line.split(" -> ")[1] for where in edges.values() for line in where}
-    assert "data" not in edges
-    trains = {"pretrain.engine", "pretrain.train.loop", "pretrain.train.build", "pretrain.model.builder"}
-    assert not targets & trains
+def _targets(edges) -> set:
+    return {line.split(" -> ")[1] for where in edges.values() for line in where}
+
+
+def test_the_app_hands_the_run_to_the_launch_which_reaches_a_rank_through_one_entry():
+    """The app checks, plans, locks and freezes; the launch makes the data ready (pretrain.train.ready)
+    and trains in this process only through the rank entry msrun's workers use (pretrain.engine.train)."""
+    graph = imports.graph()
+    app = _targets(graph["app"])
+    assert not {t for t in app if t.startswith(("pretrain.data", "pretrain.engine", "pretrain.train."))} - {
+        "pretrain.train.probe"}   # plan.calibrate=true probes the hardware before planning
+    launch = _targets(graph["launch"])
+    assert {"pretrain.engine", "pretrain.train.ready"} <= launch
+    assert not launch & {"pretrain.train.loop", "pretrain.data.prepare"}
+    assert "pretrain.engine" in _targets(graph["worker"])
 
 
 def test_an_import_inside_a_function_counts_unless_lazy_by_design_or_marked(tmp_path):

@@ -17,10 +17,10 @@ from pretrain.resilience.resume import config_changes
 from pretrain.resilience.skips import add_window, data_index
 from pretrain.resilience.spike import SpikeGuard
 from pretrain.train.metrics import MetricsWriter
-from pretrain.train.loop import train
+from pretrain.train.loop import train_phases
 from pretrain.train.trainer import Trainer
 
-from tests.helpers.toy_trainer import ToyStep, make_trainer, plan
+from tests.helpers.toy_trainer import ToyStep, make_trainer, phase_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,7 @@ def train_records(tmp_path):
 def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_same_stream(tmp_path):
     # Data 9..11 are poisoned: steps 10, 11, 12 (phase steps 9..11) are the spike, confirmed at 12.
     trainer, checkpoints, _ = make_trainer(tmp_path, poison={9, 10, 11})
-    train(trainer, [plan(20)])
+    train_phases(trainer, [phase_inputs(20)])
     trainer.metrics.close()
 
     spike, = kinds(tmp_path, "spike")
@@ -66,7 +66,7 @@ def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_sa
     assert resaved.step == 6 and read_state(resaved)["data_skips"] == {"general": [[8, 11]]}
     again, _, _ = make_trainer(tmp_path / "again", poison={9, 10, 11})
     again.restore(checkpoints, resaved)
-    train(again, [plan(20)])
+    train_phases(again, [phase_inputs(20)])
     again.metrics.close()
     replay = train_records(tmp_path / "again")
     assert [(r["step"], r["data_index"], r["loss"]) for r in replay] == [
@@ -77,7 +77,7 @@ def test_a_spike_rolls_back_before_it_skips_its_data_and_a_resume_replays_the_sa
 def test_a_spike_that_comes_back_stops_the_run_past_max_rollbacks(tmp_path):
     trainer, _, _ = make_trainer(tmp_path, poison=set(range(8, 100)), max_rollbacks=2)
     with pytest.raises(PretrainRunError, match=r"limit at step \d+: .*; 3 rollbacks .*max_rollbacks=2"):
-        train(trainer, [plan(40)])
+        train_phases(trainer, [phase_inputs(40)])
     assert len(kinds(tmp_path, "rollback")) == 2 and len(kinds(tmp_path, "spike")) == 3
     error, = kinds(tmp_path, "error")
     assert "rollback limit" in error["reason"]
@@ -86,7 +86,7 @@ def test_a_spike_that_comes_back_stops_the_run_past_max_rollbacks(tmp_path):
 def test_an_early_spike_inside_the_warmup_rolls_back_and_skips_its_data(tmp_path, capsys):
     """Issue 40: a spike in the window's 20-step warm-up went unseen and the window learned it."""
     trainer, _, _ = make_trainer(tmp_path, poison={4, 5, 6}, warmup=20)
-    train(trainer, [plan(20)])
+    train_phases(trainer, [phase_inputs(20)])
     trainer.metrics.close()
     said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("loss spike")]
     assert len(said) == 1 and re.fullmatch(   # the operator sees it, not only events.jsonl
@@ -108,7 +108,7 @@ def test_an_early_spike_inside_the_warmup_rolls_back_and_skips_its_data(tmp_path
 def test_an_early_divergence_that_keeps_coming_back_stops_in_one_line_naming_step_loss_and_keys(tmp_path):
     trainer, _, _ = make_trainer(tmp_path, poison=set(range(4, 100)), max_rollbacks=1, warmup=20)
     with pytest.raises(PretrainRunError) as stop:
-        train(trainer, [plan(40)])
+        train_phases(trainer, [phase_inputs(40)])
     line = str(stop.value)
     assert "\n" not in line
     assert re.match(r"loss spike rollback limit at step \d+: loss 14\.9\d* > 6\.9\d* \(the phase's best "
@@ -123,12 +123,12 @@ def test_an_early_divergence_that_keeps_coming_back_stops_in_one_line_naming_ste
 def test_a_spike_with_no_checkpoint_before_it_is_a_clear_error(tmp_path):
     trainer, _, _ = make_trainer(tmp_path, poison={5, 6, 7}, save_every=100)
     with pytest.raises(PretrainRunError, match=r"no checkpoint from before step 5 to roll back to"):
-        train(trainer, [plan(20)])
+        train_phases(trainer, [phase_inputs(20)])
 
 
 def test_nonfinite_steps_skip_the_update_are_logged_and_too_many_in_a_row_stop_the_run(tmp_path):
     trainer, checkpoints, _ = make_trainer(tmp_path)
-    train(trainer, [plan(12, nan={3, 4})])
+    train_phases(trainer, [phase_inputs(12, nan={3, 4})])
     assert [(e["step"], e["what"], e["in_a_row"]) for e in kinds(tmp_path, "skip")] == [
         (4, "update", 1), (5, "update", 2)]
     assert trainer.step.updates == 10  # 12 steps, 2 of them skipped
@@ -137,7 +137,7 @@ def test_nonfinite_steps_skip_the_update_are_logged_and_too_many_in_a_row_stop_t
 
     stuck, _, _ = make_trainer(tmp_path / "stuck", max_nonfinite=3)
     with pytest.raises(PretrainRunError, match=r"4 steps in a row \(up to step 8\) had a non-finite"):
-        train(stuck, [plan(20, nan=set(range(4, 20)))])
+        train_phases(stuck, [phase_inputs(20, nan=set(range(4, 20)))])
     assert stuck.step.updates == 4
 
 
@@ -157,7 +157,7 @@ class StopAt:
 def test_a_stop_request_checkpoints_the_finished_step_and_the_resume_continues_after_it(tmp_path):
     trainer, checkpoints, _ = make_trainer(tmp_path)
     trainer.keeper.stop = StopAt(trainer, 5)
-    results = train(trainer, [plan(8, "general"), plan(4, "reasoning")])
+    results = train_phases(trainer, [phase_inputs(8, "general"), phase_inputs(4, "reasoning")])
     assert trainer.keeper.stopped == "SIGTERM" and [r["stopped"] for r in results] == [True]
     signal, = kinds(tmp_path, "signal")
     assert (signal["signal"], signal["step"]) == ("SIGTERM", 5)
@@ -166,14 +166,14 @@ def test_a_stop_request_checkpoints_the_finished_step_and_the_resume_continues_a
 
     resumed, _, _ = make_trainer(tmp_path)
     resumed.restore(checkpoints, checkpoints.latest())
-    results = train(resumed, [plan(8, "general"), plan(4, "reasoning")])
+    results = train_phases(resumed, [phase_inputs(8, "general"), phase_inputs(4, "reasoning")])
     assert [r["phase"] for r in results] == ["general", "reasoning"] and results[0]["first_step"] == 6
     assert resumed.state.global_step == 12 and resumed.step.updates == 12
     assert [r["step"] for r in train_records(tmp_path)] == list(range(1, 13))
     # a finished run started again has nothing left to train
     done, _, _ = make_trainer(tmp_path)
     done.restore(checkpoints, checkpoints.latest())
-    assert train(done, [plan(8, "general"), plan(4, "reasoning")]) == []
+    assert train_phases(done, [phase_inputs(8, "general"), phase_inputs(4, "reasoning")]) == []
 
 
 def test_a_resumed_phase_summarises_the_whole_phase_from_its_first_step(tmp_path, capsys):
@@ -181,11 +181,11 @@ def test_a_resumed_phase_summarises_the_whole_phase_from_its_first_step(tmp_path
     whole phase. The phase's first losses ride in the checkpoint (TrainState.phase_losses)."""
     trainer, checkpoints, _ = make_trainer(tmp_path, save_every=100)
     trainer.keeper.stop = StopAt(trainer, 5)
-    (stopped,) = train(trainer, [plan(8, "general"), plan(4, "reasoning")])
+    (stopped,) = train_phases(trainer, [phase_inputs(8, "general"), phase_inputs(4, "reasoning")])
     resumed, _, _ = make_trainer(tmp_path)
     resumed.restore(checkpoints, checkpoints.latest())
     capsys.readouterr()
-    general, _ = train(resumed, [plan(8, "general"), plan(4, "reasoning")])
+    general, _ = train_phases(resumed, [phase_inputs(8, "general"), phase_inputs(4, "reasoning")])
     assert general["steps"] == 8 and general["first_step"] == 6 and general["resumed"]
     assert general["loss_first"] == stopped["loss_first"] == 5.0           # step 1's, not step 6's (4.95)
     assert general["loss_start_mean"] == stopped["loss_start_mean"]
@@ -194,7 +194,7 @@ def test_a_resumed_phase_summarises_the_whole_phase_from_its_first_step(tmp_path
 
 def test_a_rank_that_does_not_save_rolls_back_too_and_never_touches_the_checkpoints(tmp_path):
     writer, checkpoints, _ = make_trainer(tmp_path)
-    train(writer, [plan(6)])  # the saving rank: checkpoint 3 and general's final, 6
+    train_phases(writer, [phase_inputs(6)])  # the saving rank: checkpoint 3 and general's final, 6
     reader = Trainer(ToyStep({8, 9, 10}), metrics=MetricsWriter(tmp_path, enabled=False),
                      throughput=writer.throughput, grad_accum=1, arch={"toy": 1},
                      checkpoints=checkpoints, save_every_steps=3, writes_run_files=False,
@@ -203,7 +203,7 @@ def test_a_rank_that_does_not_save_rolls_back_too_and_never_touches_the_checkpoi
     before = sorted(info.path.name for info in checkpoints.list())
     # reasoning's data 8..10 spike at global steps 15..17; the newest checkpoint before step 14 is
     # general's final one: the rollback restarts reasoning from its first step, skipping data 7..10
-    train(reader, [plan(6, "general"), plan(20, "reasoning")])
+    train_phases(reader, [phase_inputs(6, "general"), phase_inputs(20, "reasoning")])
     assert sorted(info.path.name for info in checkpoints.list()) == before
     assert reader.state.data_skips == {"reasoning": [[7, 10]]}
     assert reader.state.global_step == 26 and reader.step.updates == 26
