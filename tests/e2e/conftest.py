@@ -1,5 +1,6 @@
 """Fixtures of the end-to-end tests: the command line run as a subprocess (tests/helpers/cli.py), and
-MindFormers imported in a scratch directory."""
+MindFormers imported in a scratch directory, and data tasks made to fail (data_fail)."""
+import pretrain_faults   # tests/sitehooks, on sys.path from tests/conftest.py
 import pytest
 
 from tests.helpers.cli import run as cli_run
@@ -47,3 +48,23 @@ def mindformers(mindformers_scratch):
     build_context({"use_legacy": False, "use_parallel": False, "context": {"mode": 0, "device_target": "CPU"},
                    "parallel": {}, "parallel_config": {}})
     return mindformers_scratch
+
+
+@pytest.fixture
+def data_fail(monkeypatch):
+    """data_fail(spec) makes the data tasks matching spec fail (pretrain_faults.DATA_FAIL), in this
+    process and in every worker started after it; returns the undo (also done at the test's end)."""
+    undos = []
+
+    def fail(spec):
+        monkeypatch.setenv(pretrain_faults.DATA_FAIL, spec)
+        unwrap = pretrain_faults.install_data_fail(spec)
+
+        def undo():   # twice is harmless: it puts back the same original
+            monkeypatch.delenv(pretrain_faults.DATA_FAIL, raising=False)
+            unwrap()
+        undos.append(undo)
+        return undo
+    yield fail
+    for undo in reversed(undos):
+        undo()

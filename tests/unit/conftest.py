@@ -1,24 +1,39 @@
 """Fixtures of the unit tests (in this process: no subprocess, no MindSpore graph)."""
+import copy
+import re
+from pathlib import Path
+
 import pytest
 
-import pretrain_faults   # tests/sitehooks, on sys.path from tests/conftest.py
+
+def _config_files(dirs):
+    """(path, size, mtime) of every file under dirs: a test that writes or edits a config file there
+    (its own --config-dir, hydra.searchpath) composes it afresh."""
+    return tuple((str(f), st.st_size, st.st_mtime_ns) for d in dirs for f in sorted(Path(d).rglob("*"))
+                 if f.is_file() and (st := f.stat()))
 
 
-@pytest.fixture
-def data_fail(monkeypatch):
-    """data_fail(spec) makes the data tasks matching spec fail (pretrain_faults.DATA_FAIL), in this
-    process and in every worker started after it; returns the undo (also done at the test's end)."""
-    undos = []
+@pytest.fixture(scope="session", autouse=True)
+def each_config_composed_once():
+    """Hydra's compose (~0.2 s of CPU) runs once per distinct config name, overrides and config files in
+    the session; every caller gets its own deep copy (~6 ms), which it may change. The unit tests
+    compose hundreds of configs, many of them several times. Interpolations (${oc.env:...}, the pt.*
+    resolvers) stay unresolved in a copy, as in a fresh compose."""
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+    real, done = hydra.compose, {}
 
-    def fail(spec):
-        monkeypatch.setenv(pretrain_faults.DATA_FAIL, spec)
-        unwrap = pretrain_faults.install_data_fail(spec)
+    def compose(config_name=None, overrides=None, return_hydra_config=False, strict=None):
+        if not GlobalHydra.instance().is_initialized():   # Hydra's own error
+            return real(config_name, overrides, return_hydra_config, strict)
+        overrides = list(overrides or ())
+        dirs = [s.path for s in GlobalHydra.instance().hydra.config_loader.get_sources() if s.scheme() == "file"]
+        dirs += re.findall(r"file://([^,\]\s]+)", " ".join(overrides))
+        key = (config_name, tuple(overrides), return_hydra_config, strict, _config_files(dirs))
+        if key not in done:
+            done[key] = real(config_name, overrides, return_hydra_config, strict)
+        return copy.deepcopy(done[key])
 
-        def undo():   # twice is harmless: it puts back the same original
-            monkeypatch.delenv(pretrain_faults.DATA_FAIL, raising=False)
-            unwrap()
-        undos.append(undo)
-        return undo
-    yield fail
-    for undo in reversed(undos):
-        undo()
+    hydra.compose = compose
+    yield
+    hydra.compose = real
