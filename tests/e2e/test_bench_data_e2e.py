@@ -22,3 +22,14 @@ def test_bench_data_quick_runs_every_kind(tmp_path, data_cache):
     assert "near dedup: share of labelled near-copy pairs found" in out
     for kind in corpora.RECALL_KINDS:
         assert f"{kind:<10} >= 0.9" in out
+
+
+@pytest.mark.slow    # builds the stdlib's prose model (~5 s)
+def test_corpora_are_deterministic_and_short_docs_stay_under_1_kb():
+    a, b = corpora.documents("short-dup", 0.2), corpora.documents("short-dup", 0.2)
+    assert a == b
+    assert max(len(d.encode()) for d in a) < 1024
+    dups = len(a) - len(set(a))
+    assert 0.3 < dups / len(a) < 0.6          # the exact copies (45%; a few drawn twice)
+    long = corpora.documents("long-unique", 0.3)
+    assert 3000 < sum(len(d.encode()) for d in long) / len(long) < 9000

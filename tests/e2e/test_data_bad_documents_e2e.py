@@ -6,10 +6,14 @@ jsonl dropped all 100 documents as "binary"; data.dedup.num_perm=0 ended in a da
 traceback and a temp dir; a source whose every document was dropped said "no val rows".
 """
 import json
+import sys
 
 import pytest
+
+from pretrain.data import prepare
 from tests.helpers.data_cli import cli_data, temp_dirs
-from tests.helpers.data_files import jsonl_with_one_bad_line, paragraphs
+from tests.helpers.data_files import data_cfg, jsonl_with_one_bad_line, paragraphs
+from tests.helpers.fuzz_corpus import words, write_fuzz_corpus
 
 
 @pytest.mark.slow   # moved out of the default suite's 5 minutes (still run by CI)
@@ -50,4 +54,38 @@ def test_dedup_num_perm_0_is_one_line_and_leaves_no_temp_dir(tmp_path):
     assert proc.returncode == 2
     assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("error: ")
     assert "num_perm" in proc.stderr and "Traceback" not in proc.stderr
+    assert temp_dirs(tmp_path / "cache") == []
+
+
+def test_fuzzed_corpus_prepares_end_to_end(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for seed in range(3):
+        d = src / f"s{seed}"
+        d.mkdir()
+        write_fuzz_corpus(d, 100 + seed, words())
+    (src / "good.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in paragraphs()[:150]))
+    cfg = data_cfg(tmp_path / "cache", {"web": [src]}, workers=2)
+    m = prepare(cfg, progress=False)["web"].manifest
+    d = m["documents"]
+    assert d["in"] == d["kept"] + sum(d["dropped"].values()) and d["kept"] >= 150
+    assert m["train"]["rows"] > 0
+    assert temp_dirs(tmp_path / "cache") == []
+
+
+@pytest.mark.parametrize("stage", ["pretrain.data.stages.clean_store", "pretrain.data.stages._read_split",
+                                   "pretrain.data.tokenizer.train", "pretrain.data.stages.build_dataset",
+                                   "pretrain.data.stages._write_shard"])
+def test_an_error_in_any_stage_leaves_no_temp_dir(tmp_path, monkeypatch, stage):
+    module, name = stage.rsplit(".", 1)
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+    monkeypatch.setattr(sys.modules[module] if module in sys.modules else __import__(module, fromlist=[name]),
+                        name, boom)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in paragraphs()[:60]))
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        prepare(data_cfg(tmp_path / "cache", {"web": [src]}), progress=False)
     assert temp_dirs(tmp_path / "cache") == []

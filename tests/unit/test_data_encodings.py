@@ -12,7 +12,6 @@ import pytest
 
 from pretrain.config.errors import PretrainConfigError, PretrainDataError
 from pretrain.config.validate import check_data_config
-from pretrain.data import prepare
 from pretrain.data.charsets import Decoding
 from pretrain.data.prepare import _plan
 from pretrain.data.sources import Doc, Drop, read_documents, read_jsonl_range
@@ -143,23 +142,6 @@ def test_a_stray_byte_in_a_jsonl_drops_that_document_in_any_split(tmp_path):
         assert parts == whole, step
 
 
-def test_prepare_accounts_for_a_dropped_line_and_warns_naming_it(tmp_path, capsys):
-    src = tmp_path / "src"
-    src.mkdir()
-    write_jsonl(src / "a.jsonl", paragraphs()[:60])
-    lines = [f"{p}\n" for p in paragraphs()[60:100]]
-    raw = "".join(lines).encode()
-    at = len("".join(lines[:20]).encode()) + 5
-    (src / "b.txt").write_bytes(raw[:at] + b"\xe9" + raw[at:])
-    m = prepare(data_cfg(tmp_path / "cache", {"web": [src]}), progress=False)["web"].manifest
-    d = m["documents"]
-    assert d["dropped"].get("invalid_utf8") == 1 and d["in"] == d["kept"] + sum(d["dropped"].values())
-    assert d["undecodable"] == {"files": 1, "lines_dropped": 1, "first": [
-        {"file": str(src / "b.txt"), "first_byte": at, "lines_dropped": 1, "reason": "invalid_utf8"}]}
-    err = capsys.readouterr().err
-    assert f"warning: {src / 'b.txt'}: invalid UTF-8 at byte {at:,}; dropped 1 line(s)" in err
-
-
 # ---------------------------------------------------------------- the key
 
 def test_the_encoding_is_part_of_the_clean_key_only_when_set(tmp_path):
@@ -180,17 +162,3 @@ def test_an_encoding_that_cannot_be_used_is_one_config_line(tmp_path, value, say
     cfg.sources.web.encoding = value
     with pytest.raises(PretrainConfigError, match=f"^data.sources.web.encoding='{value}' {says}"):
         check_data_config(cfg)
-
-
-def test_prepare_reads_a_gbk_file_with_the_key(tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    write_jsonl(src / "a.jsonl", paragraphs()[:80])
-    (src / "b.txt").write_bytes("\n".join(ZH).encode("gbk"))
-    cfg = data_cfg(tmp_path / "cache", {"web": [src]}, **{"tokenizer.vocab_size": 600})
-    cfg.sources.web.encoding = "gb18030"
-    p = prepare(cfg, progress=False)["web"]
-    assert p.manifest["documents"]["dropped"] == {} and "undecodable" not in p.manifest["documents"]
-    from pretrain.data.docstore import DocStore
-    store = DocStore(next((tmp_path / "cache").glob("clean/web-*")))
-    assert "\n".join(ZH) in store.texts(0, len(store))

@@ -111,23 +111,3 @@ def test_small_files_are_read_in_groups_that_depend_on_the_files_only(tmp_path, 
         [(0, "general", False), (3, None, False), (1, None, False)] + [(1, None, True)] * ranges
         + [(1, None, False), (3, None, False), (3, None, False)])          # was: one task per file
     assert [p for f, _, r in splits for p in f if r is None or r[0] == 0] == [str(f) for f in files]
-
-
-def test_many_small_files_give_the_shards_one_task_per_file_gave(tmp_path, monkeypatch):
-    from tests.helpers.data_files import data_cfg
-    from pretrain.data import prepare, stages
-    src = tmp_path / "src"
-    src.mkdir()
-    for i, text in enumerate(paragraphs()[:60]):
-        (src / f"{i:04d}.txt").write_text(text)
-    built = {}
-    for group in (1, stages.GROUP_FILES):       # 1: a task per file, as before
-        monkeypatch.setattr(stages, "GROUP_FILES", group)
-        cache = tmp_path / f"cache{group}"
-        p = prepare(data_cfg(cache, {"web": [src]}), progress=False)["web"]
-        built[group] = ([s["sha256"] for s in p.manifest["train"]["shards"] + p.manifest["val"]["shards"]],
-                        stages.counts["read"][0],
-                        (next(cache.glob("clean/web-*")) / "docs.txt").read_bytes())
-    (shards1, tasks1, docs1), (shards, tasks, docs) = built[1], built[stages.GROUP_FILES]
-    assert (tasks1, tasks) == (60, 1)
-    assert shards == shards1 and docs == docs1
