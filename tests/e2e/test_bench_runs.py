@@ -4,12 +4,10 @@ that the report is complete and consistent, never a timing: the figures are the 
 on an idle machine. (bench.data has its own tests: tests/unit/test_bench_data.py, tests/e2e/test_bench_data_e2e.py.)"""
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers.cli import python_env
+from tests.helpers import cli
 from tests.helpers.models import SMALL_MODEL
 
 NUMBER = r"[+-]?\d+(?:\.\d+)?"
@@ -23,10 +21,8 @@ def bench(tmp_path, data_cache):
     scratch.mkdir()
 
     def run(module, *args, timeout=900):
-        proc = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path,
-                              env=python_env(data_cache, {"TMPDIR": str(scratch)}), capture_output=True,
-                              text=True, timeout=timeout)
-        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        proc = cli.run(*args, cwd=tmp_path, module=module, cache=data_cache, env={"TMPDIR": str(scratch)},
+                       timeout=timeout, check=True)
         assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
         return proc.stdout, scratch
     return run

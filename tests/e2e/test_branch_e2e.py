@@ -6,14 +6,12 @@ one row per LR with its final validation loss. Fast checks of the same logic: te
 import csv
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pretrain.train.metrics import read_metrics
+from tests.helpers import cli
 from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
@@ -34,12 +32,7 @@ def work(tmp_path_factory, data_cache):
     cwd = tmp_path_factory.mktemp("branch")
 
     def run(*args):
-        env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-        env["PRETRAIN_CACHE"] = str(data_cache)
-        proc = subprocess.run([sys.executable, "-m", "pretrain", *args, *ARGS], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        return proc
+        return cli.run(*args, *ARGS, cwd=cwd, cache=data_cache, timeout=900, check=True)
 
     run()
     return cwd, run

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from tests.helpers.cli import run as cli_run
 from tests.helpers.repo import REPO
 
 BIG = ["model=llama3_70b", "parallel=dp8tp4pp2", "hardware=ascend910b_8x8"]
@@ -147,8 +148,7 @@ def test_sweep_definition_from_sweeps_dir(run_once):
 @pytest.mark.slow   # 3-5 s each; with the slow suite to keep the default one within 5 minutes (it took 396 s in CI)
 def test_data_app_has_its_own_help(cli, tmp_path):
     trainer = cli("--help", check=True).stdout
-    data = subprocess.run([sys.executable, "-m", "pretrain.data", "--help"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, check=True).stdout
+    data = cli_run("--help", cwd=tmp_path, module="pretrain.data", timeout=120, check=True).stdout
     assert trainer.startswith("pretrain: compose a model") and data.startswith("pretrain.data: prepare the")
     assert "data.sources.general.paths=" in data and "model: llama3_70b" in data   # same groups
     assert not list(tmp_path.glob("*.log")) and not (tmp_path / "outputs").exists()
@@ -159,8 +159,8 @@ def test_data_app_takes_a_users_config_dir_before_the_overrides(tmp_path):
     after Hydra's flags (argparse takes the overrides as one run of words), before the user's."""
     (tmp_path / "mine" / "data").mkdir(parents=True)
     (tmp_path / "mine" / "data" / "mine.yaml").write_text("defaults:\n  - sample\n  - _self_\nval_fraction: 0.0123\n")
-    proc = subprocess.run([sys.executable, "-m", "pretrain.data", "--config-dir", str(tmp_path / "mine"), "data=mine",
-                           "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = cli_run("--config-dir", str(tmp_path / "mine"), "data=mine", "--cfg", "job", cwd=tmp_path,
+                   module="pretrain.data", timeout=120)
     assert proc.returncode == 0 and "val_fraction: 0.0123" in proc.stdout, proc.stderr
 
 
@@ -176,8 +176,8 @@ DATA_BAD = [(["data.workerz=2"], "Key 'workerz' not in 'DataConfig'; did you mea
 def test_data_app_bad_overrides_are_one_line_on_both_paths(tmp_path, overrides, expected, hydra_flag):
     """Plain overrides are composed once by the compose API, anything naming Hydra goes through
     hydra.main: the same one-line error either way, and nothing written."""
-    proc = subprocess.run([sys.executable, "-m", "pretrain.data", *overrides, *hydra_flag], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, errors="surrogateescape")
+    proc = cli_run(*overrides, *hydra_flag, cwd=tmp_path, module="pretrain.data", timeout=120,
+                   errors="surrogateescape")
     assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert list(tmp_path.iterdir()) == []

@@ -3,12 +3,11 @@ traceback and exit 1 from `python -m pretrain.data` and `python -m pretrain`, an
 left config.yaml and plan.json in its run dir. Now one line naming model.vocab_size and the minimum
 (sentencepiece's own: the characters character_coverage keeps plus the byte and special pieces),
 exit 2, and the run dir's config.yaml and plan.json are written only once the data is ready."""
-import os
 import random
 import re
-import subprocess
-import sys
+
 from pretrain.data.chinese import prose
+from tests.helpers import cli
 
 NEEDS = re.compile(r"^error: model\.vocab_size=300 is too small for this corpus: its tokenizer needs "
                    r"at least (\d+) pieces .*set model\.vocab_size=\1 or more, "
@@ -27,12 +26,9 @@ def _corpus(root) -> None:
 
 
 def _run(cwd, module: str, *args: str):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cwd / "cache")
     args = ("data=files", "~data.sources.reasoning", "~data.sources.anneal", "model.vocab_size=300",
             "model.seq_length=64", "model.max_position_embeddings=64", "data.workers=1", *args)
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return cli.run(*args, cwd=cwd, module=module, timeout=300)
 
 
 def _one_line(proc) -> str:

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from pretrain.config.phases import phase_steps, phases as phases_of
 from pretrain.train.schedule import curriculum
+from tests.helpers import cli
 from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
@@ -37,18 +37,9 @@ STEPS = 41
 @pytest.fixture
 def start(data_cache, tmp_path):
     def run(*args):
-        env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-        env["PRETRAIN_CACHE"] = str(data_cache)
         out = open(tmp_path / f"out_{len(list(tmp_path.glob('out_*')))}.txt", "w+")  # a file: a pipe left
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pretrain", *args, "run_dir=run"],
-            cwd=tmp_path,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        proc = cli.start(*args, "run_dir=run", cwd=tmp_path, cache=data_cache, stdout=out,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
         proc.out = out  # unread would block the run
         return proc
 

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from pretrain.launch.tree import alive as _alive
 from pretrain.train.metrics import read_metrics
+from tests.helpers import cli
 from tests.helpers.models import SMALL_MODEL
 from tests.helpers.net import free_port
 
@@ -33,10 +33,8 @@ def pretrain(data_cache, tmp_path):
     """`python -m pretrain ARGS` in tmp_path with the session's data cache: run(...) waits,
     start(...) returns the Popen."""
     def start(*args):
-        env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-        env["PRETRAIN_CACHE"] = str(data_cache)
-        return subprocess.Popen([sys.executable, "-m", "pretrain", *args], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return cli.start(*args, cwd=tmp_path, cache=data_cache, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
 
     def run(*args):
         proc = start(*args)

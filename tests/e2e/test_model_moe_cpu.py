@@ -5,9 +5,6 @@ expert load in the metrics, and two data-parallel processes equal one."""
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ import pytest
 from pretrain.model import builder, moe_load
 from pretrain.model import mindformers_config as mfc
 from pretrain.plan.planner import model_shape, param_count
+from tests.helpers import cli
 from tests.helpers.models import SHRINK
 from tests.helpers.net import free_port
 
@@ -126,11 +124,7 @@ MOE_RUN = ["model=qwen3_30b_a3b", "model.hidden_size=64", "model.num_layers=2", 
 
 
 def run_pretrain(cache, cwd, *args):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cache)
-    proc = subprocess.run([sys.executable, "-m", "pretrain", *MOE_RUN, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    cli.run(*MOE_RUN, *args, cwd=cwd, cache=cache, timeout=900, check=True)
     from pretrain.train.metrics import read_metrics
 
     return [r for r in read_metrics(cwd / "run" / "metrics.jsonl") if r["kind"] == "train"]

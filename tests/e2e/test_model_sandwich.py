@@ -195,17 +195,11 @@ PANGU_RUN = ["model=pangu_ultra_135b", "model.hidden_size=64", "model.num_layers
 @pytest.mark.slow
 def test_shrunken_pangu_with_dssn_and_tinyinit_trains_100_steps_on_cpu(data_cache, tmp_path):
     import json
-    import os
-    import subprocess
-    import sys
 
     from pretrain.train.metrics import read_metrics
+    from tests.helpers import cli
 
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(data_cache)
-    proc = subprocess.run([sys.executable, "-m", "pretrain", *PANGU_RUN, "run_dir=run"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    cli.run(*PANGU_RUN, "run_dir=run", cwd=tmp_path, cache=data_cache, timeout=900, check=True)
     run = tmp_path / "run"
     exported = (run / "mindformers_general.yaml").read_text()
     assert "PanguUltraForCausalLM" in exported and "sandwich_norm: true" in exported

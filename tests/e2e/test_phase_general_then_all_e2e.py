@@ -3,12 +3,10 @@ shrunken model. README calls phase=general alone "the base run's first stage"; p
 dir was refused over every phase.* key with a "restore those keys" fix no command line could
 follow. Now phase=all continues from general's final checkpoint and trains reasoning and anneal."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.helpers import cli
 from tests.helpers.models import SMALL_MODEL
 
 pytestmark = pytest.mark.slow
@@ -18,14 +16,8 @@ ARGS = [*SMALL_MODEL, "train.total_tokens=20480", "train.eval_every=0"]
 
 
 def test_phase_all_continues_the_run_phase_general_started(tmp_path, data_cache):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(data_cache)
-
     def run(*args):
-        proc = subprocess.run([sys.executable, "-m", "pretrain", *args, *ARGS], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        return proc
+        return cli.run(*args, *ARGS, cwd=tmp_path, cache=data_cache, timeout=900, check=True)
 
     run("phase=general")
     checkpoints = tmp_path / "runs" / "tiny-single-cpu" / "checkpoints"

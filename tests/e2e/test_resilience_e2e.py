@@ -12,8 +12,6 @@ import random
 import resource
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 
 from pretrain.resilience.checkpoint import verify
 from pretrain.resilience.signals import HANG_EXIT_CODE
+from tests.helpers.cli import run as cli_run
 from tests.helpers.resilience_run import FINAL, RUN, SAVE_EVERY, STEPS, Cli
 
 pytestmark = pytest.mark.slow
@@ -35,8 +34,7 @@ def weights(checkpoint_dir):
 
 def status(run_dir):
     """`pretrain status RUN_DIR --json` as the person on call runs it: (exit status, the report)."""
-    proc = subprocess.run([sys.executable, "-m", "pretrain", "status", str(run_dir), "--json"],
-                          capture_output=True, text=True, timeout=60)
+    proc = cli_run("status", str(run_dir), "--json", cwd=Path(run_dir).parent, timeout=60)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 

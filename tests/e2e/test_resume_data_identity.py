@@ -7,16 +7,14 @@ End to end on a real (shrunken) run over a corpus of files: documents added afte
 tokenizer is retrained), a checkpoint of an older pretrain (no data identity), a branch from a base
 run with another tokenizer, and the file at data.tokenizer.path replaced."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pretrain.resilience.checkpoint import MANIFEST, STATE, _describe
 from pretrain.resilience.events import read_events
+from tests.helpers import cli
 from tests.helpers.files_run import ARGS, MODEL, SOURCES, corpus
 
 pytestmark = pytest.mark.slow
@@ -39,10 +37,7 @@ def add_documents(root: Path) -> None:
 def pretrain(cwd: Path, *args: str, cache: Path = None):
     """`python -m pretrain ARGS` in cwd (its data/ the corpus), on one shared cache (data.cache_dir is
     part of the run's config: another one would be refused as a config change)."""
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(cache or CACHE[0])
-    return subprocess.run([sys.executable, "-m", "pretrain", *ARGS, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return cli.run(*ARGS, *args, cwd=cwd, cache=cache or CACHE[0], timeout=600)
 
 
 def ok(proc):
@@ -144,10 +139,7 @@ def test_the_file_at_tokenizer_path_replaced_is_refused(base, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(base / "data", other / "data")
     add_documents(other)   # the same recipe trained on another corpus: same vocabulary size, other pieces
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(other / "cache")
-    subprocess.run([sys.executable, "-m", "pretrain.data", "data=files", *MODEL], cwd=other, env=env,
-                   check=True, capture_output=True, timeout=600)
+    cli.run("data=files", *MODEL, cwd=other, module="pretrain.data", timeout=600, check=True)
     shutil.copy(next((other / "cache" / "tokenizers").glob("*/tokenizer.model")), given)
     line = refused(pretrain(tmp_path, *args))
     assert "was trained on other data" in line and "tokenizer (" in line

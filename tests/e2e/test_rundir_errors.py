@@ -4,7 +4,6 @@ an unquoted non-UTF-8 path on the command line."""
 import contextlib
 import os
 import subprocess
-import sys
 
 import pytest
 from tests.helpers.rundir_fakes import SMALL, pretrain
@@ -68,9 +67,7 @@ def test_an_existing_read_only_run_dir(tmp_path, logging):
 
 
 def test_an_unquoted_non_utf8_path_on_the_command_line(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    proc = subprocess.run([sys.executable, "-m", "pretrain", b"run_dir=\xffdir", "dry_run=true"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = pretrain(tmp_path, b"run_dir=\xffdir", "dry_run=true")
     line = one_error_line(proc)
     assert "'run_dir=\\xffdir' is not valid UTF-8 (byte 0xff)" in line
     assert os.listdir(tmp_path) == []
@@ -78,12 +75,9 @@ def test_an_unquoted_non_utf8_path_on_the_command_line(tmp_path):
 
 def test_an_unquoted_non_ascii_path_says_to_quote_it(tmp_path):
     """Issue 27: was Hydra's raw `LexerNoViableAltException: run_dir=runs/é ^`, no hint."""
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    proc = subprocess.run([sys.executable, "-m", "pretrain", "run_dir=runs/é", "dry_run=true"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = pretrain(tmp_path, "run_dir=runs/é", "dry_run=true")
     line = one_error_line(proc)
     assert "cannot parse the override 'run_dir=runs/é' at 'é'" in line and "'run_dir=\"runs/é\"'" in line
     assert os.listdir(tmp_path) == []
-    quoted = subprocess.run([sys.executable, "-m", "pretrain", 'run_dir="runs/é"', "dry_run=true"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    quoted = pretrain(tmp_path, 'run_dir="runs/é"', "dry_run=true")
     assert quoted.returncode == 0 and (tmp_path / "runs" / "é" / "config.yaml").is_file(), quoted.stderr

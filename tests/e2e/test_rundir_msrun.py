@@ -3,7 +3,6 @@ inherits it, so ranks orphaned by a kill -9 of the launcher still keep a second 
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 from test_launch_msrun import DP2, SMALL, wait_for_steps
 
 from pretrain.rundir import RunDirBusy, RunDirLock
+from tests.helpers import cli
 from tests.helpers.net import free_port
 
 pytestmark = pytest.mark.slow
@@ -20,23 +20,21 @@ RUN = Path("runs") / "tiny-dp2-cpu_2proc"
 
 def test_a_second_launch_is_refused_while_msrun_runs_even_after_its_launcher_was_killed(data_cache,
                                                                                          tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    env["PRETRAIN_CACHE"] = str(data_cache)
-    args = [sys.executable, "-m", "pretrain", *DP2, *SMALL, f"hardware.master_port={free_port()}",
-            "phase=general", "train.total_tokens=20480"]   # 28 steps
+    args = [*DP2, *SMALL, f"hardware.master_port={free_port()}", "phase=general",
+            "train.total_tokens=20480"]   # 28 steps
     run = tmp_path / RUN
-    launcher = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+    launcher = cli.start(*args, cwd=tmp_path, cache=data_cache, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
     try:
         wait_for_steps(launcher, run, 3)
-        second = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        second = cli.run(*args, cwd=tmp_path, cache=data_cache, timeout=120)
         assert second.returncode == 2 and f"is in use by pid {launcher.pid} on host" in second.stderr
 
         launcher.kill()   # the launcher alone: msrun and its ranks (own sessions) train on
         launcher.wait()
         ranks = [int(p.read_text()) for p in (run / "logs").glob("rank_*.pid")]
         assert ranks and all(os.path.exists(f"/proc/{pid}") for pid in ranks)
-        third = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        third = cli.run(*args, cwd=tmp_path, cache=data_cache, timeout=120)
         assert third.returncode == 2, third.stderr[-2000:]
         assert f"in use by pid {launcher.pid} on host" in third.stderr
         assert "still holds the lock" in third.stderr

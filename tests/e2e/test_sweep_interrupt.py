@@ -5,21 +5,19 @@ import csv
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers.cli import python_env
+from tests.helpers import cli
 from tests.helpers.models import SMALL_MODEL
 
 JOBS = 20   # dry runs of the tiny model, ~1 s each: the signal comes long before the last
 
 
 def sweep(tmp_path, *args, cache=None):
-    return subprocess.Popen([sys.executable, "-m", "pretrain", "-m", *args, "hydra.sweep.dir=sweep"],
-                            cwd=tmp_path, env=python_env(cache or tmp_path / "cache"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return cli.start("-m", *args, "hydra.sweep.dir=sweep", cwd=tmp_path, cache=cache, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
 
 
 def finished_rows(tmp_path):

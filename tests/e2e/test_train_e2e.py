@@ -3,14 +3,12 @@ phases. One phase run alone, as a branch of this default job: test_branch_e2e.py
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pretrain.train.metrics import read_metrics
+from tests.helpers import cli
 
 pytestmark = pytest.mark.slow
 
@@ -28,16 +26,7 @@ def pretrain(cache, tmp_path):
     """Run `python -m pretrain ARGS` in tmp_path with the module's data cache."""
 
     def run(*args):
-        env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-        env["PRETRAIN_CACHE"] = str(cache)
-        return subprocess.run(
-            [sys.executable, "-m", "pretrain", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        return cli.run(*args, cwd=tmp_path, cache=cache, timeout=900)
 
     return run
 
