@@ -1,5 +1,6 @@
 """Fixtures of the unit tests (in this process: no subprocess, no MindSpore graph)."""
 import copy
+import functools
 import re
 from pathlib import Path
 
@@ -37,3 +38,21 @@ def each_config_composed_once():
     hydra.compose = compose
     yield
     hydra.compose = real
+
+
+@pytest.fixture(scope="session", autouse=True)
+def each_interpolation_parsed_once():
+    """OmegaConf parses a `${...}` string with its ANTLR grammar every time the value is read or merged
+    (a sixth of the config tests' CPU time: the configs share a few hundred such strings); the parse is a
+    function of the string alone, and its tree is only read, so one per string serves the session."""
+    import omegaconf._utils
+    import omegaconf.base
+    import omegaconf.resolvers.oc
+    modules = (omegaconf.base, omegaconf._utils, omegaconf.resolvers.oc)
+    real = omegaconf.base.parse
+    cached = functools.lru_cache(maxsize=None)(real)
+    for module in modules:
+        module.parse = cached
+    yield
+    for module in modules:
+        module.parse = real
