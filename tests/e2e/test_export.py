@@ -23,7 +23,7 @@ from pretrain.data.hashing import file_sha256
 from pretrain.export import architecture, hf_dir, reference, safetensors_file, tokenizer_files
 from pretrain.export.check import compare_tokenizer, exported_weights, within_noise
 from pretrain.resilience.checkpoint import MANIFEST, STATE, WEIGHTS, _describe
-from tests.helpers.cli import python_env
+from tests.helpers import cli
 from tests.helpers.models import SHRINK
 
 MOE = ["model=qwen3_30b_a3b", "model.head_dim=16", "model.num_experts=4", "model.num_experts_per_token=2",
@@ -154,9 +154,8 @@ def make_run(tmp_path, compose_many, sp_model):
 
 
 def export(run, to, *args, env=None, module=("pretrain.export",)):
-    return subprocess.run([sys.executable, "-m", *module, str(run), "--to", str(to), *args],
-                          capture_output=True, text=True, env=python_env(run.parent / "pcache", env),
-                          timeout=300)
+    return cli.run(*module[1:], str(run), "--to", str(to), *args, cwd=run.parent, module=module[0],
+                   cache=run.parent / "pcache", env=env, timeout=300)
 
 
 QWEN3_TIED = ["model.arch=qwen3", "model.qk_layernorm=true", "model.tie_embeddings=true"]
@@ -208,7 +207,7 @@ def test_a_fast_tokenizer_that_would_encode_differently_is_left_out_with_the_rea
             "t.mismatches = lambda sp, encode, texts: [texts[0]]; "
             "print(t.write(Path(sys.argv[1]), Path(sys.argv[2]), 32))")
     proc = subprocess.run([sys.executable, "-c", code, str(sp_model), str(tmp_path)], capture_output=True,
-                          text=True, timeout=300, env=python_env(tmp_path / "pcache"))
+                          text=True, timeout=300, env=cli.python_env(tmp_path / "pcache"))
     assert proc.returncode == 0, proc.stderr
     assert "differently from sentencepiece" in proc.stdout
     assert not (tmp_path / "tokenizer.json").exists() and (tmp_path / "tokenizer.model").is_file()
@@ -345,7 +344,7 @@ def test_a_write_that_fails_midway_is_one_line_and_leaves_nothing(make_run, tmp_
     proc = subprocess.run([sys.executable, "-c", limit + "import signal; signal.signal(signal.SIGXFSZ, "
                            "signal.SIG_IGN); sys.argv = sys.argv[1:]; runpy.run_module('pretrain.export', "
                            "run_name='__main__')", "x", str(run), "--to", str(tmp_path / "hf")],
-                          capture_output=True, text=True, env=python_env(run.parent / "pcache"), timeout=300)
+                          capture_output=True, text=True, env=cli.python_env(run.parent / "pcache"), timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and "nothing was written" in proc.stderr
     assert len(proc.stderr.splitlines()) == 1
@@ -390,9 +389,7 @@ def test_reference_is_sensitive_to_what_the_export_could_get_wrong(make_run, tmp
 # ---------------------------------------------------------------- real runs (slow)
 def train(data_cache, tmp_path, *overrides):
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "pretrain", *overrides, f"run_dir={run}"], cwd=tmp_path,
-                          env=python_env(data_cache), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    cli.run(*overrides, f"run_dir={run}", cwd=tmp_path, cache=data_cache, timeout=900, check=True)
     return run
 
 
@@ -408,8 +405,8 @@ def corpus_sample(cache, per_source=150):
 
 
 def check(run, export_dir):
-    proc = subprocess.run([sys.executable, "-m", "pretrain.export.check", str(run), str(export_dir)],
-                          capture_output=True, text=True, timeout=600, env=python_env(run.parent / "pcache"))
+    proc = cli.run(str(run), str(export_dir), cwd=run.parent, module="pretrain.export.check",
+                   cache=run.parent / "pcache", timeout=600)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, result
     return result

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from tests.helpers import cli
 from tests.helpers.launch_stand_ins import BIG, RUN, SCONTROL, SLURM_SRUN, events
 
 MSRUN = """#!/usr/bin/env bash
@@ -52,9 +53,7 @@ def run_dir(tmp_path_factory):
     """A frozen multi-node run (node scripts written), composed once; one phase (the controller
     launches the phases not yet finished: with these stand-ins, which save nothing, all of them)."""
     cwd = tmp_path_factory.mktemp("slurm-run")
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    subprocess.run([sys.executable, "-m", "pretrain", *BIG, "phase=general", "resilience.max_restarts=2"],
-                   cwd=cwd, env=env, check=True, capture_output=True, timeout=300)
+    cli.run(*BIG, "phase=general", "resilience.max_restarts=2", cwd=cwd, timeout=300, check=True)
     return cwd / RUN
 
 
@@ -62,11 +61,8 @@ def run_dir(tmp_path_factory):
 def dp_run_dir(tmp_path_factory):
     """A frozen 2-node data-parallel run (1 CPU process per node), node scripts only."""
     cwd = tmp_path_factory.mktemp("slurm-dp-run")
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    subprocess.run([sys.executable, "-m", "pretrain", "parallel=dp2", "hardware=cpu_2x1",
-                    "hardware.nodes_on_this_host=false", "phase=general", "resilience.max_restarts=1",
-                    "resilience.elastic=true"], cwd=cwd, env=env, check=True, capture_output=True,
-                   timeout=300)
+    cli.run("parallel=dp2", "hardware=cpu_2x1", "hardware.nodes_on_this_host=false", "phase=general",
+            "resilience.max_restarts=1", "resilience.elastic=true", cwd=cwd, timeout=300, check=True)
     return cwd / "runs" / "tiny-dp2-cpu_2x1"
 
 
