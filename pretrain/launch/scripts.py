@@ -39,6 +39,7 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
         shutil.copy(Path(launchers_dir()) / name, out / name)
     workdir = shlex.quote(os.getcwd())
     world, per_node = ParallelLayout.from_config(cfg).devices, int(hw.devices_per_node)
+    phases = shlex.quote(" ".join(phase_launches(cfg)))   # resolves the run: once, not once per node
     scripts = []
     for node in range(hw.num_nodes):
         script = out / f"node_{node}.sh"
@@ -52,7 +53,7 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
             f"export MASTER_ADDR=${{MASTER_ADDR:-{hw.master_addr}}} MASTER_PORT=${{MASTER_PORT:-{hw.master_port}}}\n"
             f"export CLUSTER_TIME_OUT={CLUSTER_TIME_OUT_S}\n"
             # one msrun per phase (engine mindformers); the job controller names the one it starts
-            f"export PHASES=${{PHASES-{shlex.quote(' '.join(phase_launches(cfg)))}}}\n"
+            f"export PHASES=${{PHASES-{phases}}}\n"
             f"cd {workdir}   # the frozen config's relative paths are relative to the launch directory\n"
             f'exec bash "$(dirname "$(readlink -f "$0")")/msrun_node.sh" {shlex.quote(str(run_dir))}\n')
         script.chmod(0o755)
@@ -65,7 +66,7 @@ def write_node_scripts(cfg: DictConfig, run_dir: Path) -> List[Path]:
         f"cd {workdir}\n"
         f'exec sbatch --nodes={hw.num_nodes} --chdir={workdir} "$@" '
         f"--export=ALL,LOCAL_WORKER_NUM={per_node},MASTER_PORT={hw.master_port},"
-        f"PHASES={shlex.quote(' '.join(phase_launches(cfg)))} "
+        f"PHASES={phases} "
         f'"$(dirname "$(readlink -f "$0")")/slurm.sbatch" {shlex.quote(str(run_dir))}\n')
     slurm.chmod(0o755)
     data = out / "submit_ray_data.sh"
