@@ -1,11 +1,23 @@
 """Imports only point down the layer order (pretrain/tools/imports.py), and a rank reads its frozen
 config without Hydra."""
 
+from pathlib import Path
+from typing import Dict
+
 from pretrain.tools import imports
 
 
 def test_no_module_imports_a_layer_above_its_own():
     assert list(imports.upward()) == []
+
+
+def write_package(root: Path, files: Dict[str, str]) -> Path:
+    """root/pretrain/ with these {relative path: text} modules: a package for the import checks."""
+    package = root / "pretrain"
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    return package
 
 
 def test_every_subpackage_has_a_layer():
@@ -15,16 +27,13 @@ def test_every_subpackage_has_a_layer():
 
 def test_a_lazy_upward_import_is_caught(tmp_path):
     """An import inside a function counts like one at the top; `from pkg import module` is that module."""
-    package = tmp_path / "pretrain"
-    for name, text in {
+    package = write_package(tmp_path, {
         "__init__.py": "",
         "config/__init__.py": "",
         "config/rules.py": "def check():\n    from pretrain.train import loop\n    return loop\n",
         "train/__init__.py": "",
         "train/loop.py": "from pretrain.config.rules import check\n",
-    }.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(text)
+    })
     found = list(imports.upward(package))
     assert len(found) == 1 and "pretrain.config.rules -> pretrain.train.loop" in found[0]
     assert imports.graph(package)["train"]["config"] == {"pretrain.train.loop -> pretrain.config.rules"}
@@ -63,8 +72,7 @@ def test_the_app_hands_the_run_to_the_launch_which_reaches_a_rank_through_one_en
 def test_an_import_inside_a_function_counts_unless_lazy_by_design_or_marked(tmp_path):
     """The allowance counts in-function imports; mindspore's and those a module's `# lazy imports (...)`
     comment names (a measured start-up cost) are excused, the rest are listed."""
-    package = tmp_path / "pretrain"
-    for name, text in {
+    package = write_package(tmp_path, {
         "__init__.py": "",
         "data/__init__.py": "",
         "data/io.py": "",
@@ -73,9 +81,7 @@ def test_an_import_inside_a_function_counts_unless_lazy_by_design_or_marked(tmp_
                            "def a():\n    from pretrain.data import io\n"
                            "def b():\n    import mindspore\n    from pretrain.data import heavy\n"
                            "def c():\n    import numba\n    import json\n"),
-    }.items():
-        (package / name).parent.mkdir(parents=True, exist_ok=True)
-        (package / name).write_text(text)
+    })
     assert imports.late_imports(package) == ["pretrain/data/stages.py:3 pretrain.data",
                                              "pretrain/data/stages.py:9 json"]
 
