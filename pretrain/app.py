@@ -30,8 +30,8 @@ from pretrain.sweep import interrupt
 from pretrain.sweep.summary import after_interrupt, plan_row, verdict_line, write_row
 
 # lazy imports (pretrain.train.probe): +100-180 ms and numpy; only plan.calibrate=true runs the probe.
-# lazy imports (pretrain.plan, pretrain.launch): +~20 ms and +~200 ms (the data step, numpy) on every
-# `import pretrain.app`, which --help and a config error pay too; a dry run loads both anyway
+# lazy imports (pretrain.plan, pretrain.launch): +~20 ms and +~150 ms (controller, msrun, supervise, engine
+# yamls) on every `import pretrain.app`, which --help and a config error pay too; a dry run loads both anyway
 
 
 def run_job(cfg: DictConfig) -> None:
