@@ -83,8 +83,10 @@ class RayEngine:
                                             f"({exc}); start one (ray start --head) or leave "
                                             f"data.ray.address unset to start Ray here") from None
             else:
-                # A private instance on this machine: as many CPUs as data.workers, no dashboard.
-                ray.init(num_cpus=workers, include_dashboard=False,
+                # A private instance on this machine: as many CPUs as data.workers, no dashboard. "local":
+                # without it ray.init joins the newest cluster `ray start` recorded in the temp dir (or
+                # RAY_ADDRESS), and then refuses num_cpus ("When connecting to an existing cluster ...").
+                ray.init(address="local", num_cpus=workers, include_dashboard=False,
                          _temp_dir=str(temp_dir) if temp_dir else None, **kwargs)
             self._started = True
         self._call = ray.remote(self._run)
