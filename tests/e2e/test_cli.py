@@ -79,6 +79,7 @@ def test_dry_run_plans_without_importing_mindspore(tmp_path):
     print(proc.stdout.split("SECONDS")[1].split()[0], "s for compose + check + plan + freeze")
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_hydra_conventions_keep_working(cli, tmp_path):
     helped = cli("--help", check=True).stdout
     for group in ("model:", "parallel:", "phase:", "hardware:", "data:", "llama3_70b", "dp8tp4pp2"):

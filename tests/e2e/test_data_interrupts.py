@@ -142,6 +142,7 @@ def test_interrupt_while_cleaning(tmp_path, corpus, signum, to_group):
     check_stopped(proc, kids, cache, signum)
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_sigint_while_tokenizing_and_writing_shards(tmp_path, corpus):
     cache = tmp_path / "cache"
     proc = start(tmp_path, corpus, cache, "data.dedup.near=false", "data.tokenizer.train_sentences=2000",

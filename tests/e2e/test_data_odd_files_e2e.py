@@ -26,6 +26,7 @@ def test_a_fifo_in_a_corpus_dir_is_refused_in_one_line_not_a_hang(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "cache" / "datasets").exists()
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_many_small_files_give_the_shards_one_task_per_file_gave(tmp_path, monkeypatch):
     from tests.helpers.data_files import data_cfg
     from pretrain.data import prepare, stages

@@ -161,8 +161,11 @@ def export(run, to, *args, env=None, module=("pretrain.export",)):
 QWEN3_TIED = ["model.arch=qwen3", "model.qk_layernorm=true", "model.tie_embeddings=true"]
 
 
-@pytest.mark.parametrize("overrides", [[], MOE, ["model.arch=qwen3", "model.qk_layernorm=true"], QWEN3_TIED],
-                         ids=["llama", "qwen3_moe", "qwen3", "qwen3_tied"])
+@pytest.mark.parametrize("overrides", [
+    [],   # the default suite runs llama's; the other architectures (2-4 s each) run with the slow suite
+    pytest.param(MOE, marks=pytest.mark.slow),
+    pytest.param(["model.arch=qwen3", "model.qk_layernorm=true"], marks=pytest.mark.slow),
+    pytest.param(QWEN3_TIED, marks=pytest.mark.slow)], ids=["llama", "qwen3_moe", "qwen3", "qwen3_tied"])
 def test_export_gives_back_exactly_the_transformers_weights_that_mindformers_fused(make_run, tmp_path,
                                                                                    overrides):
     run, arch, made = make_run(overrides, steps=(10, 20))
@@ -291,6 +294,7 @@ def test_a_mindformers_run_exports_the_checkpoint_its_meta_json_names(make_run, 
         np.testing.assert_array_equal(out["lm_head.weight"], made[step]["lm_head.weight"])
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_phase_selects_the_phase_final_checkpoint_through_the_pretrain_cli(make_run, tmp_path):
     run, _, made = make_run(steps=(10, 20), tags=("phase-general-final",))
     proc = export(run, tmp_path / "hf", "--phase", "general", module=("pretrain", "export"))

@@ -7,6 +7,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from pretrain.resilience.signals import HANG_EXIT_CODE, STATUS_ENV
 from tests.helpers.repo import REPO
 
@@ -73,6 +75,7 @@ def run_hang(tmp_path, hang):
     return out, time.monotonic() - started, stacks, events
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_watchdog_ends_a_hung_step_with_its_exit_code_and_stacks(tmp_path):
     out, elapsed, stacks, events = run_hang(tmp_path, "hanging_step")
     assert out.returncode == HANG_EXIT_CODE, out.stderr[-2000:]
@@ -87,6 +90,7 @@ def test_watchdog_ends_a_hung_step_with_its_exit_code_and_stacks(tmp_path):
     assert status["error"].startswith("watchdog: the step after step 3 has not finished")
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_watchdog_backstop_fires_when_the_hang_holds_the_gil(tmp_path):
     out, elapsed, stacks, events = run_hang(tmp_path, "gil_holding_step")
     assert out.returncode == 1 and elapsed < 20

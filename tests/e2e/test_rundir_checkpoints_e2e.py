@@ -1,11 +1,14 @@
 """Issue 12 item 1: every checkpoint unusable -> never a silent fresh start; unusable checkpoints are
 quarantined, never pruned and never counted toward keep_checkpoint_max. Fake checkpoints (no
 MindSpore): verification reads only the manifest and the files' bytes."""
+import pytest
+
 from tests.helpers.rundir_fakes import SMALL, corrupt, pretrain, trained_run_dir
 from pretrain.resilience.checkpoint import QUARANTINE
 from pretrain.resilience.events import read_events
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_the_cli_refuses_a_run_dir_whose_checkpoints_all_fail_and_touches_nothing_else(tmp_path):
     run_dir = trained_run_dir(tmp_path)
     for ckpt in run_dir.glob("checkpoints/step_*"):

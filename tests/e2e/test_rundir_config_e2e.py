@@ -54,6 +54,7 @@ def test_the_worker_says_which_file_when_config_yaml_no_longer_parses(tmp_path):
     assert f"{run_dir / 'config.yaml'} does not load" in proc.stderr
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_a_hand_edited_config_yaml_is_kept_aside_and_said_not_silently_replaced(tmp_path):
     """Issue 27: edits to run_dir/config.yaml were overwritten by the next command without a word."""
     run = tmp_path / "run"

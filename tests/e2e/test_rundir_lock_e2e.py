@@ -81,6 +81,7 @@ def test_a_forked_helper_does_not_keep_the_lock_after_its_parent(tmp_path):
         os.close(tell)
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_a_second_run_in_a_locked_run_dir_is_refused_in_one_line_and_writes_nothing(tmp_path):
     run_dir = tmp_path / "run"
     proc = hold_in_child(run_dir)

@@ -5,6 +5,9 @@ directory's config.yaml, metrics.jsonl, plan.json, summary.json, loss_curve.png 
 were overwritten, its checkpoints/step_00000001 moved into quarantine; and every command, refused and
 invalid ones and dry runs included, wrote (or rewrote) runs/<name>/.hydra/."""
 import os
+
+import pytest
+
 from tests.helpers.rundir_fakes import SMALL, pretrain, trained_run_dir
 from pretrain.rundir import MARKER, claim
 
@@ -42,6 +45,7 @@ def test_an_unrelated_directory_is_refused_before_anything_is_written_or_moved(t
     assert sorted(os.listdir(tmp_path)) == ["mine"]
 
 
+@pytest.mark.slow   # 2.5-4 s: the default suite keeps under 5 minutes
 def test_refused_and_invalid_commands_leave_no_hydra_dir(tmp_path):
     """Hydra writes nothing into run_dir (hydra.output_subdir=null, hydra.run.dir=.)."""
     invalid = pretrain(tmp_path, "model.hidden_size=13", "dry_run=true")
