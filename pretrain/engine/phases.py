@@ -92,10 +92,12 @@ def _steps_before(run: ResolvedRun) -> int:
     return total
 
 
-def export_phases(run: ResolvedRun, pad_token_id: int = 0) -> Dict[str, Dict[str, Any]]:
-    """{phase name: the mindformers yaml as a dict} for every phase this run trains."""
+def export_phases(run: ResolvedRun, pad_token_id: int = 0,
+                  lrs: Optional[List[PhaseLR]] = None) -> Dict[str, Dict[str, Any]]:
+    """{phase name: the mindformers yaml as a dict} for every phase this run trains (`lrs`: the run's
+    schedules, when the caller has them)."""
     cfg, run_dir, plist = run.cfg, run.run_dir, run.phases
-    lrs = schedules(run)
+    lrs = schedules(run) if lrs is None else lrs
     starts = first_steps(run, lrs)
     out: Dict[str, Dict[str, Any]] = {}
 
@@ -147,8 +149,8 @@ def write_phases(run: ResolvedRun, pad_token_id: int = 0,
                  prepared: Optional[Dict[str, Any]] = None) -> List[Path]:
     """Every phase's mindformers_<phase>.yaml; with the data prepared, also run_dir/mindformers.yaml:
     the run's first phase as one yaml over its shard files, for MindFormers' own run script."""
-    written = []
-    for name, y in export_phases(run, pad_token_id).items():
+    written, lrs = [], schedules(run)   # once: a phase run alone reads the previous phase's yaml for it
+    for name, y in export_phases(run, pad_token_id, lrs).items():
         path = yaml_path(run.run_dir, name)
         write_atomic(path, mfc.to_yaml(y))
         written.append(path)
@@ -158,7 +160,7 @@ def write_phases(run: ResolvedRun, pad_token_id: int = 0,
             run.cfg,
             first_phase=first.node,
             first_phase_steps=first.steps,
-            first_phase_peak=schedules(run)[0].peak,
+            first_phase_peak=lrs[0].peak,
             train_files=[str(f) for name in first.node.mix for f in prepared[name].train_shards],
             pad_token_id=pad_token_id,
         )
