@@ -16,6 +16,11 @@ every document read, duplicates and dropped documents included, as sentencepiece
                              documents (no cleaning, no dedup, no output), sentencepiece document by
                              document: the pipeline's tokenize stage encodes each distinct word once
                              (pretrain.data.encode), so the pipeline can run faster than this
+  encode + MindRecord write  the same encode, each chunk's ids then cut into rows and written by
+  (floor)                    MindSpore's MindRecord writer as the shards are: the least a pipeline that
+                             hands training MindRecord files does after encoding, so its ratio to raw
+                             encode bounds every row below (on Chinese the writer costs about as much
+                             CPU as the encode: no pipeline reaches 0.8 of raw encode there)
   local / ray, dedup on|off  prepare() from the raw files: read, clean, exact + near dedup (on),
                              held-out split, tokenize, pack, MindRecord shards, manifest (tokenizer
                              given, so no training). engine=ray runs on a Ray instance started here
@@ -47,8 +52,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import numpy as np
+
 from pretrain.config.compose import compose
 from pretrain.config.schema import SourceConfig
+from pretrain.data.mindrecord_file import CoreFile
+from pretrain.data.shards import DESCRIPTION, HEADER_BYTES, SCHEMA, page_size
 
 NODE_CORES = 64
 SETTLE_S = 8.0
@@ -66,19 +75,37 @@ class EncodeTask:
     start: int
     stop: int
     model: str
+    mindrecord: str = ""    # the floor row: the chunk's ids also written into this MindRecord file
+    row: int = 0            # ... as rows of this many tokens
 
 
 def encode_chunk(t: EncodeTask) -> tuple:
     """(tokens, CPU seconds) of a chunk of the store, sentencepiece alone, one thread: the raw-encode
-    baseline."""
+    baseline; with t.mindrecord, the floor: the same ids then written as MindRecord rows."""
     import sentencepiece as spm
 
     from pretrain.data.docstore import DocStore
     from pretrain.data.stages import _cached
     cpu = time.process_time()
     sp = _cached(("sp", t.model), lambda: spm.SentencePieceProcessor(model_file=t.model))
-    tokens = sum(map(len, sp.encode(DocStore(Path(t.store)).texts(t.start, t.stop), num_threads=1)))
-    return tokens, time.process_time() - cpu
+    texts = DocStore(Path(t.store)).texts(t.start, t.stop)
+    if not t.mindrecord:
+        return sum(map(len, sp.encode(texts, num_threads=1))), time.process_time() - cpu
+    ids = sp.encode_as_numpy(texts, num_threads=1)
+    write_rows(np.concatenate(ids).astype(np.int32) if ids else np.zeros(0, np.int32), t.row, Path(t.mindrecord))
+    return sum(map(len, ids)), time.process_time() - cpu
+
+
+def write_rows(ids: np.ndarray, row: int, path: Path) -> int:
+    """ids cut into rows of `row` tokens (the rest dropped), each with one segment, written and
+    committed by MindSpore's MindRecord writer as the pipeline's shards are (pretrain.data.shards):
+    the least any pipeline that hands training MindRecord files must do after encoding. Rows written."""
+    n = len(ids) // row
+    whole = np.array([row], np.int32)
+    out = CoreFile(path, SCHEMA, DESCRIPTION, HEADER_BYTES, page_size(n * row * 4))
+    out.write([(r, whole) for r in ids[:n * row].reshape(n, row)])
+    out.commit()
+    return n
 
 
 def _raw_store(files: List[Path], out: Path, max_chars: int) -> int:
@@ -211,16 +238,23 @@ class Bench:
         n_docs = _raw_store(files, raw_dir, 1_000_000)
         store = DocStore(raw_dir)
         chunks = [EncodeTask(str(store.dir), s, e, str(self.tok_path)) for s, e in store.chunks()]
+        floor_dir = self.tmp / f"floor-{name}"
+        floor_chunks = [EncodeTask(c.store, c.start, c.stop, c.model, str(floor_dir / f"{i}.mindrecord"),
+                                   a.seq_length + 1) for i, c in enumerate(chunks)]
         raw = Row("raw sentencepiece encode")
+        floor = Row("encode + MindRecord write (floor)")
         tokens = 0
         for i in range(a.repeats):
-            pool = LocalEngine(a.workers)
-            t0 = time.perf_counter()
-            counted = list(pool.map(encode_chunk, chunks))
-            raw.walls.append(time.perf_counter() - t0)
-            pool.close()
-            tokens = sum(n for n, _ in counted)
-            raw.cpus.append(sum(c for _, c in counted))
+            for base, tasks in ((raw, chunks), (floor, floor_chunks)):
+                floor_dir.mkdir()
+                pool = LocalEngine(a.workers)
+                t0 = time.perf_counter()
+                counted = list(pool.map(encode_chunk, tasks))
+                base.walls.append(time.perf_counter() - t0)
+                pool.close()
+                shutil.rmtree(floor_dir)
+                tokens = sum(n for n, _ in counted)
+                base.cpus.append(sum(c for _, c in counted))
             for row in (rows if i % 2 == 0 else rows[::-1]):     # order effects cancel
                 if row.cli:
                     row.walls.append(self.command_line(inputs))
@@ -237,7 +271,7 @@ class Bench:
               f"{tokens / 1e6:.2f} M input tokens, median of {a.repeats}")
         print(f"{'path':<34} {'wall s':>7} {'M tok/s':>8} {'vs raw':>7} {'task CPU s':>11} "
               f"{'vs raw (CPU)':>13} {'peak task MB':>13}")
-        for row in [raw] + rows:
+        for row in [raw, floor] + rows:
             prof = row.chosen()[1] if row.runs else {}
             peak = max((c["peak_rss_mb"] for c in prof.values()), default=0.0)
             cpu = "" if row.cli else f"{row.cpu:>11.2f} {raw.cpu / row.cpu:>13.2f}"
@@ -251,7 +285,8 @@ class Bench:
             wall, prof = local.chosen()
             fixed = max(0.0, wall - sum(c["wall_s"] for c in prof.values()))
             print(_projection(prof, fixed, in_bytes, [int(n) for n in a.nodes.split(",")]))
-        ratios = {r.label: (raw.wall / r.wall, raw.cpu / r.cpu if not r.cli else None) for r in rows}
+        # the floor's ratio is the most any row can reach: it encodes and writes, and nothing else
+        ratios = {r.label: (raw.wall / r.wall, raw.cpu / r.cpu if not r.cli else None) for r in [floor] + rows}
         for r in rows:   # a job that starts its own Ray instance pays the start-up once per run
             if r.engine == "ray" and self.ray_start is not None:
                 ratios[f"{r.label} + Ray start-up"] = (raw.wall / (r.wall + self.ray_start), None)

@@ -36,7 +36,7 @@ def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.mindrecord"
 
 
-def _page_size(expected_bytes: int) -> int:
+def page_size(expected_bytes: int) -> int:
     """MindRecord pre-sizes pages (default 32 MB, sparse on disk, but checksummed in full): size
     them to the expected shard, 1 to 16 MB, keeping the page count (and so the header) small."""
     size = 1 << 20
@@ -73,7 +73,7 @@ class ShardWriter:
         """index: write only that one of the num_shards shards (one writer task per shard)."""
         self.paths = [Path(directory) / shard_name(split, i, num_shards)
                       for i in (range(num_shards) if index is None else [index])]
-        page = _page_size(expected_bytes // len(self.paths))
+        page = page_size(expected_bytes // len(self.paths))
         self._writers = [(CoreFile if self.fast else _PublicFile)(p, SCHEMA, DESCRIPTION, HEADER_BYTES, page)
                          for p in self.paths]
         count = len(self.paths)

@@ -15,6 +15,8 @@ def test_bench_data_quick_runs_every_kind(tmp_path, data_cache):
     for kind in corpora.KINDS:
         assert f"=== {kind}:" in out
     assert "local, dedup off" in out and "end to end / raw encode" in out
+    # the floor row (encode, then MindSpore's MindRecord writer) ran for every kind, and heads the summary
+    assert out.count("encode + MindRecord write (floor)") == len(corpora.KINDS) + 1
     assert "peak resident MB of a task's process" in out
     assert "near dedup: share of labelled near-copy pairs found" in out
     for kind in corpora.RECALL_KINDS:
