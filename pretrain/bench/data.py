@@ -56,6 +56,7 @@ import numpy as np
 
 from pretrain.config.compose import compose
 from pretrain.config.schema import SourceConfig
+from pretrain.data.encode import encode_documents
 from pretrain.data.mindrecord_file import CoreFile
 from pretrain.data.shards import DESCRIPTION, HEADER_BYTES, SCHEMA, page_size
 
@@ -91,9 +92,9 @@ def encode_chunk(t: EncodeTask) -> tuple:
     texts = DocStore(Path(t.store)).texts(t.start, t.stop)
     if not t.mindrecord:
         return sum(map(len, sp.encode(texts, num_threads=1))), time.process_time() - cpu
-    ids = sp.encode_as_numpy(texts, num_threads=1)
-    write_rows(np.concatenate(ids).astype(np.int32) if ids else np.zeros(0, np.int32), t.row, Path(t.mindrecord))
-    return sum(map(len, ids)), time.process_time() - cpu
+    ids, _ = encode_documents(sp, texts)
+    write_rows(ids, t.row, Path(t.mindrecord))
+    return len(ids), time.process_time() - cpu
 
 
 def write_rows(ids: np.ndarray, row: int, path: Path) -> None:
