@@ -56,10 +56,8 @@ def _start(cwd: Path, run: str, args: List[str], mode: str = "w") -> subprocess.
 
 def _tree_of(run_dir: Path, rank: int) -> List[int]:
     from pretrain.launch import tree
-    pid = int((run_dir / "logs" / f"rank_{rank}.pid").read_text())
-    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    tags = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(tree.TAG_ENV.encode() + b"=")]
-    return tree.tagged(tags)
+    tag = tree.tag_of(int((run_dir / "logs" / f"rank_{rank}.pid").read_text()))
+    return tree.tagged([tag]) if tag else []
 
 
 def _fault(kind: str, run_dir: Path) -> Dict[str, Any]:

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 import uuid
-from typing import Iterable, List
+from typing import Iterable, List, Optional
 
 TAG_ENV = "PRETRAIN_TREE_TAG"
 
@@ -68,6 +68,16 @@ def environ(pid: str) -> bytes:
         time.sleep(0.001)
         env = _environ(pid)
     return env
+
+
+def tag_of(pid: int) -> Optional[str]:
+    """The tree tag process `pid` carries (None: none, or no such process)."""
+    prefix = f"{TAG_ENV}=".encode()
+    try:
+        env = environ(str(pid)).split(b"\0")
+    except OSError:
+        return None
+    return next((e[len(prefix):].decode() for e in env if e.startswith(prefix)), None)
 
 
 def tagged(tags: Iterable[str]) -> List[int]:

@@ -54,9 +54,8 @@ def raw_steps(run: Path):
 
 def node_tree(run: Path, rank: int):
     """Every process of the node that runs `rank`: those carrying its worker's tree tag."""
-    pid = int((run / "logs" / f"rank_{rank}.pid").read_text())
-    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    (tag,) = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(tree.TAG_ENV.encode() + b"=")]
+    tag = tree.tag_of(int((run / "logs" / f"rank_{rank}.pid").read_text()))
+    assert tag, f"rank {rank}'s worker carries no tree tag"
     return tag, tree.tagged([tag])
 
 

@@ -64,8 +64,8 @@ def test_ranks_stop_at_a_checkpoint_when_their_launcher_is_killed(pretrain, tmp_
             break
         time.sleep(0.1)
     pids = {r: int((run / "logs" / f"rank_{r}.pid").read_text()) for r in (0, 1)}
-    env = Path(f"/proc/{pids[0]}/environ").read_bytes().split(b"\0")
-    (tag,) = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(tree.TAG_ENV.encode() + b"=")]
+    tag = tree.tag_of(pids[0])
+    assert tag, "rank 0 carries no tree tag"
     os.kill(proc.pid, signal.SIGKILL)   # the launcher alone: msrun and the ranks run in their own sessions
     proc.communicate()
     while time.time() < deadline and tree.tagged([tag]):   # msrun, its scheduler, the ranks, `tail -f`
