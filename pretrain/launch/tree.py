@@ -18,7 +18,7 @@ def new_tag() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def _stat(pid) -> List[str]:
+def _stat(pid: int) -> List[str]:
     """/proc/<pid>/stat's fields after the command name: [state, ppid, pgrp, session, tty, tpgid, flags, ...]."""
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().rsplit(")", 1)[1].split()
@@ -45,12 +45,12 @@ EXEC_WINDOW_S = 0.05
 _PF_KTHREAD = 0x00200000   # /proc/<pid>/stat flags: a kernel thread, whose environ is always empty
 
 
-def _environ(pid: str) -> bytes:
+def _environ(pid: int) -> bytes:
     with open(f"/proc/{pid}/environ", "rb") as fh:
         return fh.read()
 
 
-def _user_process(pid: str) -> bool:
+def _user_process(pid: int) -> bool:
     """Alive, not a zombie and not a kernel thread."""
     try:
         fields = _stat(pid)
@@ -59,7 +59,7 @@ def _user_process(pid: str) -> bool:
         return False
 
 
-def environ(pid: str) -> bytes:
+def environ(pid: int) -> bytes:
     """/proc/<pid>/environ, waiting out an exec() in progress (a process whose environment is
     really empty costs one EXEC_WINDOW_S)."""
     deadline = time.monotonic() + EXEC_WINDOW_S
@@ -74,7 +74,7 @@ def tag_of(pid: int) -> Optional[str]:
     """The tree tag process `pid` carries (None: none, or no such process)."""
     prefix = f"{TAG_ENV}=".encode()
     try:
-        env = environ(str(pid)).split(b"\0")
+        env = environ(pid).split(b"\0")
     except OSError:
         return None
     return next((e[len(prefix):].decode() for e in env if e.startswith(prefix)), None)
@@ -87,12 +87,13 @@ def tagged(tags: Iterable[str]) -> List[int]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
-            env = environ(entry.name).split(b"\0")
+            env = environ(pid).split(b"\0")
         except OSError:
             continue
-        if wanted.intersection(env) and alive(int(entry.name)):
-            found.append(int(entry.name))
+        if wanted.intersection(env) and alive(pid):
+            found.append(pid)
     return found
 
 

@@ -28,7 +28,7 @@ def test_a_process_caught_in_exec_still_shows_its_environment():
     for _ in range(100):
         proc = subprocess.Popen(["sleep", "60"], env={**os.environ, tree.TAG_ENV: tag})
         try:
-            assert f"{tree.TAG_ENV}={tag}".encode() in tree.environ(str(proc.pid)).split(b"\0")
+            assert f"{tree.TAG_ENV}={tag}".encode() in tree.environ(proc.pid).split(b"\0")
         finally:
             proc.kill()
             proc.wait()
